@@ -1,0 +1,13 @@
+FROM python:3.11-slim
+ENV PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY webapp webapp
+COPY trainer trainer
+COPY workers workers
+COPY templates templates
+COPY static static
+COPY manage.py ./
+# torch==2.13.0 from PyPI is the CUDA build on x86_64 Linux: what a GPU worker needs.
+RUN pip install . && SECRET_KEY=build-only DEBUG=false PREFLAB_DATA_DIR=/tmp/build python manage.py collectstatic --noinput
+EXPOSE 8000

@@ -1,0 +1,42 @@
+# The two commands of the README. Each does all of its own set-up on a fresh machine.
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+INSTALLED := $(VENV)/.installed
+
+TEST_ENV := DATABASE_URL=postgres://postgres@127.0.0.1:5432/preflab \
+	CELERY_BROKER_URL=redis://127.0.0.1:6379/0 \
+	PREFLAB_DATA_DIR=$(CURDIR)/var/test \
+	DEBUG=true
+
+.PHONY: run test services browser lint bench
+
+run: $(INSTALLED)
+	$(PY) manage.py migrate --noinput
+	$(PY) manage.py seed_demo
+	$(PY) manage.py serve
+
+test: $(INSTALLED) services browser
+	$(VENV)/bin/ruff check .
+	$(TEST_ENV) $(PY) -m pytest $(PYTEST_ARGS)
+
+$(INSTALLED): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $(INSTALLED)
+
+# Postgres and Redis are needed by the tests: start the local servers if they are installed but stopped.
+services:
+	@pg_isready -q -h 127.0.0.1 -p 5432 || pg_ctlcluster --skip-systemctl-redirect $$(ls /etc/postgresql) main start
+	@for i in $$(seq 30); do pg_isready -q -h 127.0.0.1 -p 5432 && break; sleep 1; done
+	@redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1 || redis-server --daemonize yes --port 6379 --save ""
+	@for i in $$(seq 30); do redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1 && break; sleep 1; done
+
+# Browser tests drive Debian's Chromium through Playwright (never `playwright install`: no browser downloads).
+browser:
+	@command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)
+
+bench: $(INSTALLED)
+	$(PY) -m pip install --quiet -e '.[bench]'
+	$(PY) bench/run_all.py

@@ -1,0 +1,133 @@
+"""Fixtures shared by every test area: users per role, and real Celery worker processes."""
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.db import connection
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def researcher(django_user_model):
+    from webapp.accounts.services import user_create
+
+    user, _ = user_create(username="rita", role="researcher", password="rita-password-1")
+    return user
+
+
+@pytest.fixture
+def annotator(django_user_model):
+    from webapp.accounts.services import user_create
+
+    user, _ = user_create(username="abel", role="annotator", password="abel-password-1")
+    return user
+
+
+@pytest.fixture
+def researcher_client(client, researcher):
+    client.force_login(researcher)
+    return client
+
+
+@pytest.fixture
+def annotator_client(client, annotator):
+    client.force_login(annotator)
+    return client
+
+
+def database_url_of_current_connection() -> str:
+    """The URL of the database this test process uses (the test database), for a worker subprocess."""
+    db = connection.settings_dict
+    if db["ENGINE"].endswith("sqlite3"):
+        return f"sqlite:///{db['NAME']}"
+    auth = db["USER"] + (f":{db['PASSWORD']}" if db["PASSWORD"] else "")
+    return f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+
+
+def worker_environment(**overrides: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        DJANGO_SETTINGS_MODULE="webapp.settings",
+        DATABASE_URL=database_url_of_current_connection(),
+        CELERY_BROKER_URL=settings.CELERY_BROKER_URL,
+        PREFLAB_DATA_DIR=str(settings.DATA_DIR),
+        PYTHONUNBUFFERED="1",
+    )
+    env.update(overrides)
+    return env
+
+
+@dataclass
+class WorkerProcess:
+    process: subprocess.Popen
+    log_path: Path
+
+    def log_tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def start_worker_process(
+    *, queues: tuple[str, ...], log_path: Path, env: dict[str, str], pool: str = "solo"
+) -> WorkerProcess:
+    command = [sys.executable, "-m", "celery", "-A", "workers", "worker", "-Q", ",".join(queues),
+               "--pool", pool, "--concurrency", "1", "--loglevel", "INFO", "--without-gossip", "--without-mingle",
+               "-n", f"test-{os.getpid()}-{'-'.join(queues)}@%h"]
+    log_file = log_path.open("w")
+    process = subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=log_file, stderr=subprocess.STDOUT)
+    return WorkerProcess(process=process, log_path=log_path)
+
+
+def wait_for_worker(worker: WorkerProcess, *, queue: str, timeout_s: float = 60.0) -> None:
+    """Block until the worker answers a health ping sent to `queue`."""
+    from celery.exceptions import TimeoutError as CeleryTimeout
+
+    from workers.tasks import health_ping
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if worker.process.poll() is not None:
+            raise AssertionError(f"worker exited with {worker.process.returncode}:\n{worker.log_tail()}")
+        try:
+            health_ping.apply_async(queue=queue).get(timeout=5)
+            return
+        except CeleryTimeout:
+            continue
+    raise AssertionError(f"worker did not answer within {timeout_s} s:\n{worker.log_tail()}")
+
+
+@pytest.fixture
+def celery_worker_factory(tmp_path) -> Iterator[Callable[..., WorkerProcess]]:
+    """Start real `celery worker` processes on the test database; they are stopped after the test.
+
+    Tests that use it need `@pytest.mark.django_db(transaction=True)` so the worker sees committed rows.
+    """
+    started: list[WorkerProcess] = []
+
+    def start(queues: tuple[str, ...] = ("default", "gpu"), **env_overrides: str) -> WorkerProcess:
+        worker = start_worker_process(
+            queues=queues, log_path=tmp_path / f"worker-{len(started)}.log", env=worker_environment(**env_overrides)
+        )
+        started.append(worker)
+        wait_for_worker(worker, queue=queues[0])
+        return worker
+
+    yield start
+    for worker in started:
+        worker.stop()

@@ -1,0 +1,84 @@
+"""The README's run path on the embedded default: no variables, SQLite and the filesystem broker.
+
+It runs migrate, seed_demo and serve exactly as `make run` does, logs in as the demo researcher with the
+printed password, and has the web process round-trip a task through a separate worker process.
+"""
+
+import http.cookiejar
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def _embedded_env(data_dir: Path) -> dict[str, str]:
+    env = {key: value for key, value in os.environ.items()
+           if key not in {"DATABASE_URL", "CELERY_BROKER_URL", "CELERY_RESULT_BACKEND", "DEBUG", "SECRET_KEY"}}
+    env.update(PREFLAB_DATA_DIR=str(data_dir), PYTHONUNBUFFERED="1")
+    return env
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _wait_for_http(url: str, serve: subprocess.Popen, log: Path, timeout_s: float = 90) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert serve.poll() is None, log.read_text()
+        try:
+            urllib.request.urlopen(url, timeout=2)
+            return
+        except OSError:
+            time.sleep(0.5)
+    raise AssertionError(f"{url} never answered:\n{log.read_text()}")
+
+
+def _login(opener: urllib.request.OpenerDirector, base: str, username: str, password: str) -> None:
+    page = opener.open(f"{base}/accounts/login/").read().decode()
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page).group(1)
+    form = urllib.parse.urlencode({"username": username, "password": password, "csrfmiddlewaretoken": token})
+    request = urllib.request.Request(f"{base}/accounts/login/", data=form.encode(), headers={"Referer": base})
+    landing = opener.open(request)
+    assert landing.url.rstrip("/") == base, landing.url
+
+
+def test_run_command_serves_login_and_round_trips_a_task_through_a_real_worker(tmp_path):
+    env = _embedded_env(tmp_path)
+    manage = [sys.executable, "manage.py"]
+    subprocess.run([*manage, "migrate", "--noinput"], cwd=REPO_ROOT, env=env, check=True, capture_output=True)
+    seeded = subprocess.run([*manage, "seed_demo"], cwd=REPO_ROOT, env=env, check=True, capture_output=True, text=True)
+    password = re.search(r"username 'researcher'\s+password '([^']+)'", seeded.stdout).group(1)
+    assert "sqlite3" in (tmp_path / "preflab.sqlite3").name and (tmp_path / "preflab.sqlite3").exists()
+
+    port = _free_port()
+    base = f"http://127.0.0.1:{port}"
+    log = tmp_path / "serve.log"
+    serve = subprocess.Popen([*manage, "serve", "--addrport", f"127.0.0.1:{port}"], cwd=REPO_ROOT, env=env,
+                             stdout=log.open("w"), stderr=subprocess.STDOUT)
+    try:
+        _wait_for_http(f"{base}/accounts/login/", serve, log)
+        opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
+        assert b"Log in" in opener.open(f"{base}/accounts/login/").read()
+        _login(opener, base, "researcher", password)
+
+        deadline, answer = time.monotonic() + 90, ""
+        while time.monotonic() < deadline and "answered" not in answer:
+            answer = opener.open(f"{base}/system/worker-ping", timeout=30).read().decode()
+        assert re.search(r"worker \S+ answered \(pid \d+\)", answer), answer + log.read_text()
+        worker_pid = int(re.search(r"pid (\d+)", answer).group(1))
+        assert worker_pid not in {serve.pid, os.getpid()}
+    finally:
+        serve.send_signal(signal.SIGINT)  # what Ctrl-C sends
+        serve.wait(timeout=30)
+    assert "stopping" in log.read_text()

@@ -1,0 +1,164 @@
+"""The protocol a training loop reports through, and a sink that writes JSONL files.
+
+Loops never know where their numbers go: the command line passes a `FileSink`, the Celery worker a
+database sink (webapp.experiments), tests a `MemorySink`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+
+@runtime_checkable
+class Sink(Protocol):
+    def start(self, *, total_steps: int, start_step: int) -> None:
+        """Called once before the first step; start_step > 0 when resuming from a checkpoint."""
+
+    def log(self, step: int, metrics: Mapping[str, float], *, tokens_seen: int) -> None:
+        """Metrics of one optimizer step (DESIGN section 5 names). NaN/Inf are passed through, never dropped."""
+
+    def sample(
+        self,
+        step: int,
+        prompt: str,
+        completion: str,
+        rewards: Mapping[str, float],
+        advantage: float | None = None,
+    ) -> None:
+        """What the model actually wrote at this step, with its rewards per function."""
+
+    def should_stop(self) -> bool:
+        """True when the run was asked to stop; loops check it at least once per step."""
+
+    def checkpoint(self, step: int, path: str) -> None:
+        """A complete, resumable checkpoint was written to `path` for `step`."""
+
+
+# JSON has no NaN/Inf. Non-finite floats are written as the strings "NaN", "Infinity" and "-Infinity"
+# (the spellings JavaScript's Number() and Python's float() both parse), and read back as floats.
+_NON_FINITE_TEXT = {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}
+
+
+def encode_json_value(value: object) -> object:
+    """A value with non-finite floats replaced by their string spellings (recursively)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, Mapping):
+        return {key: encode_json_value(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [encode_json_value(item) for item in value]
+    return value
+
+
+def decode_json_value(value: object) -> object:
+    """The inverse of encode_json_value."""
+    if isinstance(value, str) and value in _NON_FINITE_TEXT:
+        return _NON_FINITE_TEXT[value]
+    if isinstance(value, dict):
+        return {key: decode_json_value(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [decode_json_value(item) for item in value]
+    return value
+
+
+def read_jsonl(path: str | Path) -> list[dict]:
+    """Rows of a metrics.jsonl / samples.jsonl file, non-finite numbers restored."""
+    with open(path, encoding="utf-8") as handle:
+        return [decode_json_value(json.loads(line)) for line in handle if line.strip()]
+
+
+class FileSink:
+    """Writes metrics.jsonl and samples.jsonl into `output_dir`; stops when `stop_file` appears.
+
+    metrics.jsonl rows: {"step", "time", "tokens_seen", "metrics": {...}}; samples.jsonl rows:
+    {"step", "prompt", "completion", "rewards", "advantage"}. Checkpoints are listed in checkpoints.jsonl.
+    """
+
+    def __init__(self, output_dir: str | Path, *, stop_file: str | Path | None = None) -> None:
+        self.output_dir = Path(output_dir)
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        self.stop_file = Path(stop_file) if stop_file is not None else None
+
+    def start(self, *, total_steps: int, start_step: int) -> None:
+        self.total_steps = total_steps
+        if start_step > 0:
+            # a resumed run rewinds to its checkpoint: rows written after it belong to the abandoned branch
+            for name in ("metrics.jsonl", "samples.jsonl"):
+                self._drop_rows_after(self.output_dir / name, start_step)
+
+    def log(self, step: int, metrics: Mapping[str, float], *, tokens_seen: int) -> None:
+        row = {"step": step, "time": time.time(), "tokens_seen": tokens_seen, "metrics": dict(metrics)}
+        self._append("metrics.jsonl", row)
+
+    def sample(
+        self,
+        step: int,
+        prompt: str,
+        completion: str,
+        rewards: Mapping[str, float],
+        advantage: float | None = None,
+    ) -> None:
+        row = {"step": step, "prompt": prompt, "completion": completion, "rewards": dict(rewards), "advantage": advantage}
+        self._append("samples.jsonl", row)
+
+    def should_stop(self) -> bool:
+        return self.stop_file is not None and self.stop_file.exists()
+
+    def checkpoint(self, step: int, path: str) -> None:
+        self._append("checkpoints.jsonl", {"step": step, "path": path})
+
+    def _append(self, name: str, row: dict) -> None:
+        with open(self.output_dir / name, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(encode_json_value(row), allow_nan=False) + "\n")
+
+    @staticmethod
+    def _drop_rows_after(path: Path, step: int) -> None:
+        if not path.exists():
+            return
+        kept = [line for line in path.read_text(encoding="utf-8").splitlines() if json.loads(line)["step"] <= step]
+        path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+
+
+@dataclass
+class MemorySink:
+    """Keeps everything in lists (tests); `stop_at_step` makes should_stop() true once that step is logged."""
+
+    stop_at_step: int | None = None
+    metrics: dict[int, dict[str, float]] = field(default_factory=dict)
+    samples: list[dict] = field(default_factory=list)
+    checkpoints: list[tuple[int, str]] = field(default_factory=list)
+    starts: list[tuple[int, int]] = field(default_factory=list)
+    last_step: int = 0
+
+    def start(self, *, total_steps: int, start_step: int) -> None:
+        self.starts.append((total_steps, start_step))
+        self.last_step = start_step
+
+    def log(self, step: int, metrics: Mapping[str, float], *, tokens_seen: int) -> None:
+        self.metrics.setdefault(step, {}).update(metrics)
+        self.metrics[step]["tokens_seen"] = tokens_seen
+        self.last_step = step
+
+    def sample(
+        self,
+        step: int,
+        prompt: str,
+        completion: str,
+        rewards: Mapping[str, float],
+        advantage: float | None = None,
+    ) -> None:
+        self.samples.append(
+            {"step": step, "prompt": prompt, "completion": completion, "rewards": dict(rewards), "advantage": advantage}
+        )
+
+    def should_stop(self) -> bool:
+        return self.stop_at_step is not None and self.last_step >= self.stop_at_step
+
+    def checkpoint(self, step: int, path: str) -> None:
+        self.checkpoints.append((step, path))

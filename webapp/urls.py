@@ -1,0 +1,17 @@
+from django.contrib import admin
+from django.urls import include, path
+
+from webapp import views
+
+urlpatterns = [
+    path("", views.home, name="home"),
+    path("healthz", views.healthz, name="healthz"),
+    path("system/", views.system_status, name="system_status"),
+    path("system/worker-ping", views.worker_ping, name="worker_ping"),
+    path("accounts/", include("webapp.accounts.urls")),
+    path("", include("webapp.annotation.urls")),
+    path("", include("webapp.experiments.urls")),
+    path("admin/", admin.site.urls),
+]
+
+handler403 = "webapp.views.permission_denied"
