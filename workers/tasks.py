@@ -17,3 +17,19 @@ def health_ping() -> dict:
         "pid": os.getpid(),
         "database_ok": database_is_reachable(),
     }
+
+
+@app.task(name="workers.tasks.run_training")
+def run_training(run_id: int) -> None:
+    """Run one training run on this (GPU) worker; everything else happens in the run's services."""
+    from webapp.experiments.services import run_execute
+
+    run_execute(run_id=run_id)
+
+
+@app.task(name="workers.tasks.sample_responses")
+def sample_responses(job_id: int) -> None:
+    """Fill a project's prompts with model responses (a sampling job) on this (GPU) worker."""
+    from webapp.annotation.services import sampling_job_execute
+
+    sampling_job_execute(job_id=job_id)

@@ -1,0 +1,56 @@
+"""Real-browser fixtures: Debian's Chromium driven by Playwright's sync API against Django's live_server.
+
+Never `playwright install`: the browser is /usr/bin/chromium (installed by `make test`), started without
+background networking because this machine's network is closed.
+"""
+
+import os
+import shutil
+from collections.abc import Iterator
+
+import pytest
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run", "--disable-quic"]
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator:
+    """One Chromium per test module. While Playwright's sync API runs its event loop in this thread, Django's
+    async-safety check would refuse the ORM calls the tests make, so it is lifted for exactly that time
+    (DESIGN section 8) and the loop ends with the module, before any non-browser test runs."""
+    from playwright.sync_api import sync_playwright
+
+    previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    try:
+        with sync_playwright() as playwright:
+            chromium = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+            yield chromium
+            chromium.close()
+    finally:
+        if previous is None:
+            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+        else:
+            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
+
+
+@pytest.fixture
+def page(browser) -> Iterator:
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    context.set_default_timeout(15_000)
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.js_errors = errors
+    yield page
+    context.close()
+
+
+def log_in(page, live_server, username: str, password: str) -> None:
+    page.goto(f"{live_server.url}/accounts/login/")
+    page.fill("input[name=username]", username)
+    page.fill("input[name=password]", password)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{live_server.url}/")
