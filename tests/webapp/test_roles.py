@@ -16,9 +16,13 @@ def _researcher_only_urls() -> list[str]:
         for entry in patterns:
             if isinstance(entry, URLResolver):
                 walk(entry.url_patterns, prefix + str(entry.pattern), entry.namespace or namespace)
-            elif isinstance(entry, URLPattern) and getattr(entry.callback, "required_role", None) == RESEARCHER:
-                if entry.pattern.regex.groups == 0 and entry.name:
-                    found.append(reverse(f"{namespace}:{entry.name}" if namespace else entry.name))
+            elif (
+                isinstance(entry, URLPattern)
+                and getattr(entry.callback, "required_role", None) == RESEARCHER
+                and entry.pattern.regex.groups == 0
+                and entry.name
+            ):
+                found.append(reverse(f"{namespace}:{entry.name}" if namespace else entry.name))
 
     walk(get_resolver().url_patterns, "/", None)
     return found
