@@ -1,3 +1,21 @@
+from django.urls import path
+
+from webapp.annotation import views
+
 app_name = "annotation"
 
-urlpatterns: list = []
+urlpatterns = [
+    path("annotate/", views.annotate_home, name="annotate_home"),
+    path("annotate/<int:project_id>/", views.annotate, name="annotate"),
+    path("annotate/items/<int:assignment_id>/submit/", views.annotate_submit, name="annotate_submit"),
+    path("annotate/items/<int:assignment_id>/skip/", views.annotate_skip, name="annotate_skip"),
+    path("projects/", views.project_list, name="project_list"),
+    path("projects/new/", views.project_create, name="project_create"),
+    path("projects/<int:project_id>/", views.project_detail, name="project_detail"),
+    path("projects/<int:project_id>/edit/", views.project_edit, name="project_edit"),
+    path("projects/<int:project_id>/import/", views.project_import, name="project_import"),
+    path("projects/<int:project_id>/progress/", views.project_progress, name="project_progress"),
+    path("projects/<int:project_id>/sample/", views.sampling_create, name="sampling_create"),
+    path("projects/<int:project_id>/export/<str:kind>/", views.project_export, name="project_export"),
+    path("sampling/<int:job_id>/", views.sampling_job_status, name="sampling_job_status"),
+]

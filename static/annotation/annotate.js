@@ -1,0 +1,315 @@
+// The ranking and pairwise pages: keyboard-first ranking, drag and drop, undo, word diff, layout toggle.
+// The item area (#annotate-item) is replaced by htmx after each submit, so state lives per item and the
+// key handler (bound once) always looks the current item up.
+(() => {
+  "use strict";
+
+  let item = null;        // the current #annotate-item element
+  let startedAt = 0;      // when the item was shown, for "seconds spent"
+  let undoStack = [];
+  let picked = [];        // responses chosen for the diff
+
+  const $ = (selector, root = document) => root.querySelector(selector);
+  const $$ = (selector, root = document) => Array.from(root.querySelectorAll(selector));
+  const cards = () => (item ? $$(".response", item) : []);
+  const form = () => (item ? $("#item-form", item) : null);
+  const mode = () => item?.dataset.mode;
+
+  function snapshot() {
+    return {
+      order: cards().map((card) => card.dataset.responseId),
+      ranks: Object.fromEntries(cards().map((card) => [card.dataset.responseId, $(".rank-input", card)?.value || ""])),
+      allBad: $("#all-bad", item)?.checked || false,
+      focus: focused()?.dataset.responseId,
+    };
+  }
+
+  function remember() {
+    undoStack.push(snapshot());
+  }
+
+  function restore(state) {
+    const container = $("#responses", item);
+    const had = state.focus ? $(`.response[data-response-id="${state.focus}"]`, container) : focused();
+    // Moving a node drops its focus, so only reorder when the order changed, then focus again.
+    if (state.order.join() !== snapshot().order.join()) {
+      state.order.forEach((id) => container.appendChild($(`.response[data-response-id="${id}"]`, container)));
+    }
+    (had || cards()[0])?.focus();
+    cards().forEach((card) => {
+      const input = $(".rank-input", card);
+      if (input) input.value = state.ranks[card.dataset.responseId];
+    });
+    const allBad = $("#all-bad", item);
+    if (allBad) allBad.checked = state.allBad;
+    refresh();
+  }
+
+  function refresh() {
+    cards().forEach((card) => card.classList.toggle("ranked", Boolean($(".rank-input", card)?.value)));
+    showError("");
+  }
+
+  function showError(text) {
+    const box = item && $("#client-error", item);
+    if (box) box.textContent = text;
+  }
+
+  function focused() {
+    return document.activeElement?.closest?.(".response") || null;
+  }
+
+  function focusCard(offset) {
+    const all = cards();
+    if (!all.length) return;
+    const index = all.indexOf(focused());
+    const next = index < 0 ? 0 : Math.min(all.length - 1, Math.max(0, index + offset));
+    all[next].focus();
+  }
+
+  function setRank(card, rank) {
+    const input = $(".rank-input", card);
+    if (!input || rank > cards().length) return;
+    remember();
+    input.value = String(rank);
+    refresh();
+    const unranked = cards().find((other) => !$(".rank-input", other).value);
+    (unranked || card).focus();
+  }
+
+  function ranksFromOrder() {
+    cards().forEach((card, index) => {
+      const input = $(".rank-input", card);
+      if (input) input.value = String(index + 1);
+    });
+    refresh();
+  }
+
+  function moveCard(card, offset) {
+    const all = cards();
+    const index = all.indexOf(card);
+    const target = all[index + offset];
+    if (!target) return;
+    remember();
+    if (offset < 0) target.before(card);
+    else target.after(card);
+    ranksFromOrder();
+    card.focus();
+  }
+
+  function submitRanking() {
+    const allBad = $("#all-bad", item)?.checked;
+    const missing = cards().filter((card) => !$(".rank-input", card).value);
+    if (missing.length && !allBad) {
+      showError(`Rank every response first (${missing.map((card) => card.dataset.letter).join(", ")} not ranked), or mark all bad.`);
+      missing[0].focus();
+      return;
+    }
+    send();
+  }
+
+  function choose(choice) {
+    const input = form()?.elements.choice;
+    if (!input) return;
+    input.value = choice;
+    $$(".choice", item).forEach((button) => button.classList.toggle("selected", button.dataset.choice === choice));
+    send();
+  }
+
+  function send() {
+    const target = form();
+    if (!target || target.dataset.sent) return; // one submit per item, however often Enter is pressed
+    target.dataset.sent = "1";
+    target.elements.seconds.value = ((performance.now() - startedAt) / 1000).toFixed(1);
+    target.requestSubmit();
+  }
+
+  function toggleCollapse(card) {
+    if (!card) return;
+    card.classList.toggle("collapsed");
+    const button = $(".collapse-toggle", card);
+    if (button) button.textContent = card.classList.contains("collapsed") ? "expand" : "collapse";
+  }
+
+  // Word-level diff (longest common subsequence on words and the spaces between them).
+  function words(text) {
+    return text.split(/(\s+)/).filter((token) => token.length);
+  }
+
+  function diffTokens(a, b) {
+    const rows = a.length + 1;
+    const cols = b.length + 1;
+    const table = new Uint32Array(rows * cols);
+    for (let i = a.length - 1; i >= 0; i--) {
+      for (let j = b.length - 1; j >= 0; j--) {
+        table[i * cols + j] = a[i] === b[j] ? table[(i + 1) * cols + j + 1] + 1
+          : Math.max(table[(i + 1) * cols + j], table[i * cols + j + 1]);
+      }
+    }
+    const out = [];
+    let i = 0;
+    let j = 0;
+    while (i < a.length || j < b.length) {
+      if (i < a.length && j < b.length && a[i] === b[j]) { out.push(["same", a[i]]); i++; j++; }
+      else if (j < b.length && (i === a.length || table[i * cols + j + 1] >= table[(i + 1) * cols + j])) { out.push(["ins", b[j]]); j++; }
+      else { out.push(["del", a[i]]); i++; }
+    }
+    return out;
+  }
+
+  function showDiff(first, second) {
+    const panel = $("#diff-panel", item);
+    const limit = 3000; // words; beyond this the quadratic table gets slow
+    const a = words($(".md", first).innerText).slice(0, limit);
+    const b = words($(".md", second).innerText).slice(0, limit);
+    panel.replaceChildren();
+    const title = document.createElement("div");
+    title.className = "muted small";
+    title.textContent = `Word diff: ${first.dataset.letter} → ${second.dataset.letter} (D on a response to pick again)`;
+    panel.appendChild(title);
+    for (const [kind, token] of diffTokens(a, b)) {
+      const node = kind === "same" ? document.createTextNode(token) : document.createElement(kind);
+      if (kind !== "same") node.textContent = token;
+      panel.appendChild(node);
+    }
+    panel.hidden = false;
+  }
+
+  function pickForDiff(card) {
+    if (!card) return;
+    if (picked.length === 2) {
+      picked.forEach((other) => other.classList.remove("picked"));
+      picked = [];
+      $("#diff-panel", item).hidden = true;
+    }
+    picked.push(card);
+    card.classList.add("picked");
+    if (picked.length === 2) showDiff(picked[0], picked[1]);
+  }
+
+  function toggleDialog(id) {
+    const dialog = document.getElementById(id);
+    if (!dialog) return;
+    if (dialog.open) dialog.close();
+    else dialog.showModal();
+  }
+
+  function toggleLayout() {
+    const side = !document.body.classList.contains("responses-side");
+    document.body.classList.toggle("responses-side", side);
+    localStorage.setItem("preflab-annotation-layout", side ? "side" : "stacked");
+    applyLayout();
+  }
+
+  function applyLayout() {
+    const container = item && $("#responses", item);
+    if (container) container.classList.toggle("side", document.body.classList.contains("responses-side"));
+  }
+
+  function bindDragAndDrop() {
+    let dragged = null;
+    cards().forEach((card) => {
+      card.addEventListener("dragstart", () => { dragged = card; remember(); card.classList.add("dragging"); });
+      card.addEventListener("dragend", () => { card.classList.remove("dragging"); dragged = null; });
+      card.addEventListener("dragover", (event) => {
+        event.preventDefault();
+        if (!dragged || dragged === card) return;
+        const box = card.getBoundingClientRect();
+        const after = event.clientY > box.top + box.height / 2;
+        if (after) card.after(dragged);
+        else card.before(dragged);
+      });
+      card.addEventListener("drop", (event) => { event.preventDefault(); if (mode() === "ranking") ranksFromOrder(); });
+    });
+  }
+
+  function setUp(root) {
+    item = root;
+    startedAt = performance.now();
+    undoStack = [];
+    picked = [];
+    applyLayout();
+    bindDragAndDrop();
+    $$(".rank-input", item).forEach((input) => {
+      input.addEventListener("focus", () => remember());
+      input.addEventListener("change", refresh);
+    });
+    $$(".collapse-toggle", item).forEach((button) => button.addEventListener("click", () => toggleCollapse(button.closest(".response"))));
+    $$(".diff-pick", item).forEach((button) => button.addEventListener("click", () => pickForDiff(button.closest(".response"))));
+    $$(".choice", item).forEach((button) => button.addEventListener("click", () => choose(button.dataset.choice)));
+    $("#undo-button", item)?.addEventListener("click", undo);
+    // A click on Submit goes through the same checks as Enter before htmx sends anything.
+    if (mode() === "ranking") form()?.addEventListener("htmx:confirm", (event) => {
+      if (!form().dataset.sent) { event.preventDefault(); submitRanking(); }
+    });
+    cards()[0]?.focus();
+  }
+
+  function undo() {
+    const state = undoStack.pop();
+    if (state) restore(state);
+  }
+
+  function onKey(event) {
+    if (!item || event.ctrlKey || event.metaKey || event.altKey) return;
+    const typing = event.target.closest?.("textarea, input:not([type=checkbox]):not(.rank-input)");
+    if (typing) {
+      if (event.key === "Escape") { event.target.blur(); cards()[0]?.focus(); }
+      return;
+    }
+    if (document.querySelector("dialog[open]")) return; // the dialog handles Esc itself
+    const key = event.key;
+    const card = focused();
+    const ranking = mode() === "ranking";
+    const handled = (() => {
+      if (ranking && /^[1-9]$/.test(key)) { setRank(card || cards()[0], Number(key)); return true; }
+      if (["ArrowDown", "ArrowRight", "j"].includes(key)) {
+        if (event.shiftKey && ranking && card) moveCard(card, 1); else focusCard(1);
+        return true;
+      }
+      if (["ArrowUp", "ArrowLeft", "k"].includes(key)) {
+        if (event.shiftKey && ranking && card) moveCard(card, -1); else focusCard(-1);
+        return true;
+      }
+      if (key === "Enter" && ranking) { submitRanking(); return true; }
+      const lower = key.toLowerCase();
+      if (!ranking && { a: 1, b: 1, t: 1, x: 1 }[lower]) {
+        choose({ a: "a", b: "b", t: "tie", x: "both_bad" }[lower]);
+        return true;
+      }
+      switch (lower) {
+        case "s": $("#skip-button", item)?.click(); return true;
+        case "u": undo(); return true;
+        case "b": { const box = $("#all-bad", item); if (box) { remember(); box.checked = !box.checked; refresh(); } return true; }
+        case "d": pickForDiff(card || cards()[0]); return true;
+        case "c": toggleCollapse(card); return true;
+        case "l": toggleLayout(); return true;
+        case "r": $("textarea[name=rationale]", item)?.focus(); return true;
+        case "g": toggleDialog("guidelines-dialog"); return true;
+        case "?": toggleDialog("keys-dialog"); return true;
+        default: return false;
+      }
+    })();
+    if (handled) event.preventDefault();
+  }
+
+  function init() {
+    if (localStorage.getItem("preflab-annotation-layout") === "side") document.body.classList.add("responses-side");
+    const root = document.getElementById("annotate-item");
+    if (root) setUp(root);
+    document.addEventListener("keydown", onKey);
+    document.getElementById("layout-toggle")?.addEventListener("click", toggleLayout);
+    $$("[data-open]").forEach((button) => button.addEventListener("click", () => toggleDialog(button.dataset.open)));
+    document.body.addEventListener("htmx:afterSwap", () => {
+      const fresh = document.getElementById("annotate-item");
+      if (fresh && fresh !== item) setUp(fresh);
+    });
+    document.body.addEventListener("htmx:responseError", () => {
+      const target = form();
+      if (target) delete target.dataset.sent; // let the annotator retry after a server error
+    });
+  }
+
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", init);
+  else init();
+})();

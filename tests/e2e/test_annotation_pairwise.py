@@ -1,0 +1,32 @@
+"""A pairwise item answered "tie" with one key; the next item comes without a page load."""
+
+import pytest
+
+from tests.e2e.conftest import log_in
+from tests.webapp.annotation.factories import make_project
+from webapp.annotation.models import Project, Ranking
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+
+def test_tie_then_a_better_by_keys(page, live_server, annotator):
+    project = make_project(items=2, responses=2, members=[annotator], mode=Project.Mode.PAIRWISE)
+    log_in(page, live_server, "abel", "abel-password-1")
+    page.goto(f"{live_server.url}/annotate/{project.pk}/")
+    page.wait_for_selector(".response:focus")
+    page.evaluate("window.__sameDocument = true")
+    page.keyboard.press("t")
+    page.wait_for_function("document.getElementById('ranked-count')?.textContent === '1'")
+    first = Ranking.objects.get()
+    assert len(first.tiers) == 1 and len(first.tiers[0]) == 2 and not first.all_bad
+    assert not first.pairs.exists()
+
+    page.wait_for_selector(".response:focus")
+    a_id = int(page.locator(".response").first.get_attribute("data-response-id"))
+    page.keyboard.press("a")
+    page.wait_for_function("document.getElementById('ranked-count')?.textContent === '2'")
+    second = Ranking.objects.order_by("id").last()
+    assert second.tiers[0] == [a_id]
+    assert second.pairs.get().chosen_id == a_id
+    assert page.evaluate("window.__sameDocument") is True  # htmx swapped fragments; the page never reloaded
+    assert page.js_errors == []

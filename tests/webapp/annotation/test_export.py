@@ -1,0 +1,74 @@
+"""Export: TRL JSONL with weight/margin/ranking/annotator, escaped CSV, a datasets directory, raw rankings."""
+
+import csv
+import io
+import json
+
+import pytest
+from django.core.management import call_command
+
+from tests.webapp.annotation.factories import make_annotators, make_project
+from webapp.annotation import services
+from webapp.annotation.exporting import csv_cell
+from webapp.annotation.selectors import preference_pairs_for_training, prompts_for_training, responses_shown
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def ranked_project(researcher):
+    (annotator,) = make_annotators(1)
+    project = make_project(items=1, texts=[["=HYPERLINK(1)", "plain", "@SUM(A1)"]], members=[annotator])
+    lease = services.assignment_lease_next(project=project, annotator=annotator)
+    by_text = {r.text: r.pk for r in responses_shown(prompt=lease.prompt, annotator=annotator)}
+    tiers = [[by_text["plain"]], [by_text["=HYPERLINK(1)"]], [by_text["@SUM(A1)"]]]
+    ranking = services.ranking_submit(assignment_id=lease.pk, annotator=annotator, tiers=tiers)
+    return project, ranking
+
+
+def _body(response) -> str:
+    return b"".join(response.streaming_content).decode()
+
+
+def test_jsonl_export_is_trl_rows_checked_line_by_line(researcher_client, ranked_project):
+    project, ranking = ranked_project
+    response = researcher_client.get(f"/projects/{project.pk}/export/pairs.jsonl/")
+    assert response.streaming and response["Content-Disposition"].endswith('-all-pairs.jsonl"')
+    rows = [json.loads(line) for line in _body(response).splitlines()]
+    expected = {("plain", "=HYPERLINK(1)", 1.0), ("plain", "@SUM(A1)", 2.0), ("=HYPERLINK(1)", "@SUM(A1)", 1.0)}
+    assert {(r["chosen"], r["rejected"], r["margin"]) for r in rows} == expected
+    for row in rows:
+        assert row["prompt"] == "Question 0?" and row["weight"] == pytest.approx(1 / 3)
+        assert (row["ranking_id"], row["annotator"]) == (ranking.pk, "ann0")
+
+
+def test_other_strategies_and_the_training_selectors(ranked_project):
+    project, _ = ranked_project
+    best = preference_pairs_for_training(project_id=project.pk, strategy="best_vs_rest")
+    assert sorted((p["chosen"], p["rejected"]) for p in best) == [("plain", "=HYPERLINK(1)"), ("plain", "@SUM(A1)")]
+    assert set(best[0]) == {"prompt", "chosen", "rejected", "weight", "margin"}
+    assert prompts_for_training(project_id=project.pk) == [{"prompt": "Question 0?", "answer": None, "metadata": {}}]
+
+
+def test_csv_cells_that_start_a_formula_are_escaped(researcher_client, ranked_project):
+    project, _ = ranked_project
+    rows = list(csv.DictReader(io.StringIO(_body(researcher_client.get(f"/projects/{project.pk}/export/pairs.csv/")))))
+    assert len(rows) == 3
+    assert {row["chosen"] for row in rows} == {"plain", "'=HYPERLINK(1)"}
+    assert {row["rejected"] for row in rows} == {"'=HYPERLINK(1)", "'@SUM(A1)"}
+    assert [csv_cell(v) for v in ("+1", "-1", "\tx", "ok", 3)] == ["'+1", "'-1", "'\tx", "ok", 3]
+
+
+def test_raw_rankings_and_a_datasets_directory(researcher_client, ranked_project, tmp_path):
+    from datasets import load_from_disk
+
+    project, ranking = ranked_project
+    raw = [json.loads(line) for line in _body(researcher_client.get(f"/projects/{project.pk}/export/rankings.jsonl/")).splitlines()]
+    assert raw[0]["ranking_id"] == ranking.pk
+    assert [[entry["text"] for entry in tier] for tier in raw[0]["tiers"]] == [["plain"], ["=HYPERLINK(1)"], ["@SUM(A1)"]]
+    zipped = researcher_client.get(f"/projects/{project.pk}/export/dataset.zip/")
+    assert zipped["Content-Type"] == "application/zip"
+    call_command("export_preferences", "--project", project.name, "--format", "dataset", "--output",
+                 str(tmp_path / "ds"), stdout=io.StringIO())
+    dataset = load_from_disk(str(tmp_path / "ds"))
+    assert len(dataset) == 3 and set(dataset.column_names) >= {"prompt", "chosen", "rejected", "weight", "margin"}

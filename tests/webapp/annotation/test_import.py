@@ -1,0 +1,108 @@
+"""Import: JSONL and CSV in every shape, all or nothing, idempotent, from the form and the command."""
+
+import io
+import json
+import re
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from webapp.annotation import services
+from webapp.annotation.importing import ImportFileError, parse_import
+from webapp.annotation.models import PreferencePair, Prompt, Response
+
+pytestmark = pytest.mark.django_db
+
+
+def _jsonl(*rows) -> bytes:
+    return "\n".join(json.dumps(row) for row in rows).encode()
+
+
+MIXED = _jsonl(
+    {"id": "r1", "prompt": "2+2?", "responses": ["4", "5", "**four**"], "answer": 4},
+    {"id": "p1", "prompt": "Say hi"},
+    {"prompt": "Capital of France?", "chosen": "Paris", "rejected": "Lyon", "source": "hh"},
+    {"messages": [{"role": "user", "content": "Hello"}, {"role": "assistant", "content": "Hi there"}]},
+)
+
+
+@pytest.fixture
+def project():
+    return services.project_create(name="Import", responses_per_item=3)
+
+
+def test_every_shape_is_imported(project):
+    summary = services.prompts_import(project=project, records=parse_import(MIXED, file_format="jsonl"))
+    assert (summary.created, summary.responses, summary.pairs) == (4, 6, 1)
+    ranked = Prompt.objects.get(external_id="r1")
+    assert ranked.reference_answer == "4" and ranked.response_count == 3 and ranked.annotatable
+    assert Prompt.objects.get(external_id="p1").response_count == 0
+    pair = PreferencePair.objects.get()
+    assert (pair.prompt.text, pair.chosen.text, pair.rejected.text) == ("Capital of France?", "Paris", "Lyon")
+    assert pair.prompt.metadata == {"source": "hh"} and not pair.prompt.annotatable
+    chat = Prompt.objects.get(text="user: Hello")
+    assert chat.messages == [{"role": "user", "content": "Hello"}]
+    assert list(chat.responses.values_list("text", flat=True)) == ["Hi there"]
+
+
+def test_importing_twice_adds_nothing(project):
+    records = parse_import(MIXED, file_format="jsonl")
+    services.prompts_import(project=project, records=records)
+    again = services.prompts_import(project=project, records=parse_import(MIXED, file_format="jsonl"))
+    assert (again.created, again.already_present) == (0, 4)
+    assert Prompt.objects.count() == 4 and Response.objects.count() == 6
+
+
+def test_an_error_on_the_last_line_writes_nothing_and_names_that_line(project, researcher_client):
+    bad = MIXED + b"\n" + _jsonl({"id": "x", "prompt": "ok", "responses": ["fine", 7]})
+    with pytest.raises(ImportFileError) as caught:
+        parse_import(bad, file_format="jsonl")
+    assert (caught.value.line, caught.value.field) == (5, "responses[1]")
+
+    upload = io.BytesIO(bad)
+    upload.name = "prompts.jsonl"
+    response = researcher_client.post(f"/projects/{project.pk}/import/", {"file": upload, "file_format": "auto"},
+                                      follow=True)
+    assert "line 5, field &#x27;responses[1]&#x27;" in response.content.decode()
+    assert Prompt.objects.count() == 0 and Response.objects.count() == 0
+
+
+@pytest.mark.parametrize(
+    ("row", "line_field"),
+    [
+        ({"responses": ["a", "b"]}, "prompt"),
+        ({"prompt": "q", "chosen": "a"}, "rejected"),
+        ({"prompt": "q", "metadata": [1]}, "metadata"),
+        ({"messages": [{"role": "robot", "content": "x"}]}, "messages[0].role"),
+    ],
+)
+def test_bad_rows_name_their_field(row, line_field):
+    with pytest.raises(ImportFileError, match=re.escape(f"line 2, field '{line_field}'")):
+        parse_import(_jsonl({"prompt": "fine"}, row), file_format="jsonl")
+
+
+def test_invalid_json_names_the_line():
+    with pytest.raises(ImportFileError, match="line 2, field 'json'"):
+        parse_import(b'{"prompt": "a"}\n{"prompt": ', file_format="jsonl")
+
+
+def test_csv_with_numbered_response_columns_and_a_bad_json_cell(project):
+    text = "id,prompt,response_1,response_2,answer\nq1,What is 3*3?,9,6,9\nq2,Hi?,Hello,Hey,\n"
+    records = parse_import(text.encode(), file_format="csv")
+    assert [r.responses for r in records] == [("9", "6"), ("Hello", "Hey")]
+    with pytest.raises(ImportFileError, match="line 3, field 'responses'"):
+        parse_import(b'prompt,responses\nA,"[""x"",""y""]"\nB,[oops\n', file_format="csv")
+
+
+def test_the_command_imports_with_a_progress_bar_and_refuses_a_bad_file(project, tmp_path):
+    good = tmp_path / "good.jsonl"
+    good.write_bytes(MIXED)
+    out, err = io.StringIO(), io.StringIO()
+    call_command("import_prompts", str(good), "--project", "Import", stdout=out, stderr=err)
+    assert "4 prompts imported" in out.getvalue()
+    assert "4/4" in err.getvalue()
+    bad = tmp_path / "bad.csv"
+    bad.write_text("prompt,chosen,rejected\nq,a,a\n")
+    with pytest.raises(CommandError, match="line 2, field 'rejected'"):
+        call_command("import_prompts", str(bad), "--project", str(project.pk), stdout=out, stderr=err)

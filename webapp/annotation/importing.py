@@ -1,0 +1,246 @@
+"""Parsing import files (JSONL or CSV) into validated records; writing them is `services.prompts_import`.
+
+Accepted shapes, one per line or row:
+- {"prompt": "...", "responses": ["...", "..."]}           responses to rank
+- {"prompt": "..."}                                        responses to be sampled from a model
+- {"prompt": "...", "chosen": "...", "rejected": "..."}    an existing preference (TRL / HH-RLHF pairs)
+- {"messages": [{"role": ..., "content": ...}, ...]}       chat; a final assistant message is a response
+`prompt`, `chosen` and `rejected` may also be chat message lists (TRL's conversational format).
+Optional: "id" (or "external_id"), "answer" (or "reference_answer"), "metadata" (an object); any other
+field is kept in metadata. In CSV, `responses`, `messages` and `metadata` cells hold JSON, and columns
+response_1, response_2, ... may replace `responses`.
+
+Every row is checked before anything is written; the first bad one raises ImportFileError naming the line
+and the field. Without an id, a row's id is a hash of its content, so importing a file twice adds nothing.
+"""
+
+import csv
+import hashlib
+import io
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+FORMATS = ("jsonl", "csv")
+_KNOWN_FIELDS = {"id", "external_id", "prompt", "messages", "responses", "chosen", "rejected", "answer",
+                 "reference_answer", "metadata"}
+_ROLES = {"system", "user", "assistant", "tool"}
+
+
+class ImportFileError(ValueError):
+    def __init__(self, line: int, field_name: str, problem: str) -> None:
+        self.line = line
+        self.field = field_name
+        super().__init__(f"line {line}, field '{field_name}': {problem}")
+
+
+@dataclass(frozen=True)
+class ImportRecord:
+    line: int
+    external_id: str
+    text: str
+    messages: list[dict] | None = None
+    reference_answer: str | None = None
+    metadata: dict = field(default_factory=dict)
+    responses: tuple[str, ...] = ()
+    chosen: str | None = None
+    rejected: str | None = None
+
+    @property
+    def is_pair(self) -> bool:
+        return self.chosen is not None
+
+
+def format_from_name(filename: str) -> str:
+    lowered = filename.lower()
+    if lowered.endswith((".jsonl", ".json", ".ndjson")):
+        return "jsonl"
+    if lowered.endswith(".csv"):
+        return "csv"
+    raise ImportFileError(0, "file", f"cannot tell the format of {filename!r}: name it .jsonl or .csv")
+
+
+def parse_import(data: bytes, *, file_format: str) -> list[ImportRecord]:
+    """All records of a file, or ImportFileError for the first bad line."""
+    if file_format not in FORMATS:
+        raise ImportFileError(0, "file", f"unknown format {file_format!r}; use one of {', '.join(FORMATS)}")
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        line = data[: error.start].count(b"\n") + 1
+        raise ImportFileError(line, "file", "the file is not UTF-8 text") from None
+    rows = _jsonl_rows(text) if file_format == "jsonl" else _csv_rows(text)
+    records: list[ImportRecord] = []
+    seen: dict[str, int] = {}
+    for line, row in rows:
+        record = _record(line, row)
+        if record.external_id in seen:
+            raise ImportFileError(line, "id", f"{record.external_id!r} already appears on line {seen[record.external_id]}")
+        seen[record.external_id] = line
+        records.append(record)
+    if not records:
+        raise ImportFileError(0, "file", "the file holds no rows")
+    return records
+
+
+def _jsonl_rows(text: str) -> Iterator[tuple[int, dict]]:
+    for line, raw in enumerate(text.splitlines(), start=1):
+        if not raw.strip():
+            continue
+        try:
+            row = json.loads(raw)
+        except json.JSONDecodeError as error:
+            raise ImportFileError(line, "json", f"not valid JSON ({error.msg} at column {error.colno})") from None
+        if not isinstance(row, dict):
+            raise ImportFileError(line, "json", "each line must be a JSON object")
+        yield line, row
+
+
+def _csv_rows(text: str) -> Iterator[tuple[int, dict]]:
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    if not reader.fieldnames:
+        raise ImportFileError(1, "header", "the CSV file has no header row")
+    for row in reader:
+        line = reader.line_num
+        if None in row:
+            raise ImportFileError(line, "row", "more cells than header columns")
+        yield line, _csv_row_to_object(line, row)
+
+
+def _csv_row_to_object(line: int, row: dict[str, str | None]) -> dict:
+    values: dict[str, Any] = {key.strip(): value for key, value in row.items() if value not in (None, "")}
+    for name in ("responses", "messages", "metadata"):
+        if name in values:
+            try:
+                values[name] = json.loads(values[name])
+            except json.JSONDecodeError as error:
+                raise ImportFileError(line, name, f"the cell must hold JSON ({error.msg})") from None
+    numbered = sorted((key for key in values if key.startswith("response_")), key=_response_column_number)
+    if numbered:
+        if "responses" in values:
+            raise ImportFileError(line, "responses", "give either a responses column or response_N columns")
+        values["responses"] = [values.pop(key) for key in numbered]
+    return values
+
+
+def _response_column_number(name: str) -> int:
+    suffix = name.removeprefix("response_")
+    return int(suffix) if suffix.isdigit() else 10**9
+
+
+def _record(line: int, row: dict) -> ImportRecord:
+    messages = None
+    if "messages" in row:
+        if "prompt" in row:
+            raise ImportFileError(line, "messages", "give either prompt or messages, not both")
+        messages = _messages(line, "messages", row["messages"])
+        responses: list[str] = []
+        if messages[-1]["role"] == "assistant":
+            responses.append(messages[-1]["content"])
+            messages = messages[:-1]
+            if not messages:
+                raise ImportFileError(line, "messages", "there is no message before the assistant's answer")
+        text = _messages_text(messages)
+    elif "prompt" in row:
+        prompt = row["prompt"]
+        if isinstance(prompt, list):
+            messages = _messages(line, "prompt", prompt)
+            text = _messages_text(messages)
+        else:
+            text = _text(line, "prompt", prompt)
+        responses = []
+    else:
+        raise ImportFileError(line, "prompt", "missing: every row needs a prompt (or chat messages)")
+
+    if "responses" in row:
+        value = row["responses"]
+        if not isinstance(value, list):
+            raise ImportFileError(line, "responses", "must be a list of strings")
+        responses += [_response_text(line, f"responses[{index}]", item) for index, item in enumerate(value)]
+
+    chosen = rejected = None
+    if "chosen" in row or "rejected" in row:
+        if responses:
+            raise ImportFileError(line, "chosen", "a row has either responses or chosen/rejected, not both")
+        for name in ("chosen", "rejected"):
+            if name not in row:
+                raise ImportFileError(line, name, "missing: chosen and rejected come together")
+        chosen = _response_text(line, "chosen", row["chosen"])
+        rejected = _response_text(line, "rejected", row["rejected"])
+        if chosen == rejected:
+            raise ImportFileError(line, "rejected", "is the same text as chosen")
+
+    metadata = row.get("metadata", {})
+    if not isinstance(metadata, dict):
+        raise ImportFileError(line, "metadata", "must be an object")
+    metadata = {**{key: value for key, value in row.items() if key not in _KNOWN_FIELDS}, **metadata}
+
+    answer = row.get("answer", row.get("reference_answer"))
+    if answer is not None and not isinstance(answer, str | int | float):
+        raise ImportFileError(line, "answer", "must be a string or a number")
+
+    external_id = row.get("id", row.get("external_id"))
+    if external_id is None:
+        external_id = _content_id(text, responses, chosen, rejected)
+    elif not isinstance(external_id, str | int) or not str(external_id).strip():
+        raise ImportFileError(line, "id", "must be a non-empty string or number")
+    elif len(str(external_id)) > 200:
+        raise ImportFileError(line, "id", "is longer than 200 characters")
+
+    return ImportRecord(
+        line=line,
+        external_id=str(external_id).strip(),
+        text=text,
+        messages=messages,
+        reference_answer=None if answer is None else str(answer),
+        metadata=metadata,
+        responses=tuple(responses),
+        chosen=chosen,
+        rejected=rejected,
+    )
+
+
+def _text(line: int, name: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise ImportFileError(line, name, f"must be a string, got {type(value).__name__}")
+    if not value.strip():
+        raise ImportFileError(line, name, "is empty")
+    return value
+
+
+def _response_text(line: int, name: str, value: object) -> str:
+    """A response is a string, {"text": ...}, or chat messages whose last assistant message is the answer."""
+    if isinstance(value, dict) and "text" in value:
+        return _text(line, name, value["text"])
+    if isinstance(value, list):
+        answers = [message["content"] for message in _messages(line, name, value) if message["role"] == "assistant"]
+        if not answers:
+            raise ImportFileError(line, name, "these messages hold no assistant message")
+        return answers[-1]
+    return _text(line, name, value)
+
+
+def _messages(line: int, name: str, value: object) -> list[dict]:
+    if not isinstance(value, list) or not value:
+        raise ImportFileError(line, name, "must be a non-empty list of {role, content} messages")
+    messages = []
+    for index, message in enumerate(value):
+        where = f"{name}[{index}]"
+        if not isinstance(message, dict) or "role" not in message or "content" not in message:
+            raise ImportFileError(line, where, "each message needs a role and a content")
+        if message["role"] not in _ROLES:
+            raise ImportFileError(line, f"{where}.role", f"unknown role {message['role']!r}")
+        if not isinstance(message["content"], str):
+            raise ImportFileError(line, f"{where}.content", "must be a string")
+        messages.append({"role": message["role"], "content": message["content"]})
+    return messages
+
+
+def _messages_text(messages: Iterable[dict]) -> str:
+    return "\n\n".join(f"{message['role']}: {message['content']}" for message in messages)
+
+
+def _content_id(text: str, responses: list[str], chosen: str | None, rejected: str | None) -> str:
+    payload = json.dumps([text, responses, chosen, rejected], ensure_ascii=False)
+    return "sha256:" + hashlib.sha256(payload.encode("utf-8")).hexdigest()[:32]

@@ -1,0 +1,51 @@
+"""manage.py export_preferences --project NAME_OR_ID --format jsonl|csv|dataset|rankings --output PATH."""
+
+from pathlib import Path
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from webapp.annotation import exporting, selectors
+from webapp.annotation.models import Project
+from webapp.annotation.preferences import STRATEGIES
+
+EXPORT_FORMATS = ("jsonl", "csv", "dataset", "rankings")
+
+
+def project_from_option(value: str) -> Project:
+    project = Project.objects.filter(pk=int(value)).first() if value.isdigit() else None
+    project = project or Project.objects.filter(name=value).first()
+    if project is None:
+        raise CommandError(f"--project {value!r}: no project with that name or id")
+    return project
+
+
+class Command(BaseCommand):
+    help = "Export a project's preference pairs (TRL JSONL, CSV, a datasets directory) or its raw rankings."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--project", required=True, help="project name or id")
+        parser.add_argument("--format", choices=EXPORT_FORMATS, default="jsonl")
+        parser.add_argument("--strategy", choices=STRATEGIES, default="all")
+        parser.add_argument("--output", type=Path, required=True, help="a file, or a directory for --format dataset")
+
+    def handle(self, *args: object, **options) -> None:
+        project = project_from_option(options["project"])
+        output: Path = options["output"]
+        pairs = selectors.pair_rows(project_id=project.pk, strategy=options["strategy"])
+        if options["format"] == "dataset":
+            try:
+                count = exporting.save_dataset(pairs, output)
+            except ValueError as error:
+                raise CommandError(str(error)) from None
+        else:
+            lines = {
+                "jsonl": lambda: exporting.jsonl_lines(pairs),
+                "csv": lambda: exporting.csv_lines(pairs),
+                "rankings": lambda: exporting.jsonl_lines(selectors.ranking_rows(project_id=project.pk)),
+            }[options["format"]]()
+            count = -1 if options["format"] == "csv" else 0
+            with output.open("w", encoding="utf-8", newline="") as handle:
+                for line in lines:
+                    handle.write(line)
+                    count += 1
+        self.stdout.write(self.style.SUCCESS(f"wrote {count} rows to {output}"))

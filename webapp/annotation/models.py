@@ -1,0 +1,173 @@
+"""Annotation data: projects, prompts and their responses, leases on items, rankings and the derived pairs.
+
+Counters on Prompt (`response_count`, `ranking_count`) are kept by the services under the prompt's row lock,
+because Postgres refuses aggregates in a `SELECT ... FOR UPDATE SKIP LOCKED` query: the queue orders and
+filters on these columns instead.
+"""
+
+from django.conf import settings
+from django.db import models
+
+
+class Project(models.Model):
+    class Mode(models.TextChoices):
+        RANKING = "ranking", "Ranking"
+        PAIRWISE = "pairwise", "Pairwise"
+
+    name = models.CharField(max_length=200, unique=True)
+    guidelines = models.TextField(blank=True, help_text="Markdown, shown to annotators one key away (G).")
+    mode = models.CharField(max_length=16, choices=Mode.choices, default=Mode.RANKING)
+    responses_per_item = models.PositiveSmallIntegerField(default=4)
+    annotators_per_item = models.PositiveSmallIntegerField(default=1, help_text="Overlap: rankings wanted per item.")
+    lease_minutes = models.PositiveSmallIntegerField(default=30)
+    members = models.ManyToManyField(settings.AUTH_USER_MODEL, related_name="annotation_projects", blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.CheckConstraint(condition=models.Q(responses_per_item__gte=2), name="project_two_responses_or_more"),
+            models.CheckConstraint(condition=models.Q(annotators_per_item__gte=1), name="project_overlap_positive"),
+            models.CheckConstraint(condition=models.Q(lease_minutes__gte=1), name="project_lease_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Prompt(models.Model):
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="prompts")
+    external_id = models.CharField(max_length=200)
+    text = models.TextField()
+    messages = models.JSONField(null=True, blank=True, help_text="Chat messages [{role, content}], when imported so.")
+    reference_answer = models.TextField(blank=True, help_text="For verifiable rewards; empty when there is none.")
+    metadata = models.JSONField(default=dict, blank=True)
+    # False for imported {prompt, chosen, rejected} rows: their preference exists already.
+    annotatable = models.BooleanField(default=True)
+    response_count = models.PositiveIntegerField(default=0)
+    ranking_count = models.PositiveIntegerField(default=0, help_text="Submitted rankings, skips excluded.")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [models.UniqueConstraint(fields=["project", "external_id"], name="prompt_external_id_unique")]
+        indexes = [models.Index(fields=["project", "annotatable", "ranking_count", "id"], name="prompt_queue_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.external_id}: {self.text[:60]}"
+
+
+class Response(models.Model):
+    class Source(models.TextChoices):
+        IMPORTED = "imported", "Imported"
+        MODEL = "model", "Sampled from a model"
+        RUN = "run", "Sampled from a run"
+
+    prompt = models.ForeignKey(Prompt, on_delete=models.CASCADE, related_name="responses")
+    text = models.TextField()
+    source = models.CharField(max_length=16, choices=Source.choices, default=Source.IMPORTED)
+    source_detail = models.JSONField(default=dict, blank=True, help_text="Model path and generation settings.")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return self.text[:60]
+
+
+class Assignment(models.Model):
+    """A lease of one prompt to one annotator; an expired lease no longer holds a place in the overlap."""
+
+    class Status(models.TextChoices):
+        LEASED = "leased", "Leased"
+        SUBMITTED = "submitted", "Submitted"
+        SKIPPED = "skipped", "Skipped"
+
+    prompt = models.ForeignKey(Prompt, on_delete=models.CASCADE, related_name="assignments")
+    annotator = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="assignments")
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.LEASED)
+    leased_at = models.DateTimeField()
+    expires_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["prompt", "annotator"], name="assignment_once_per_person")]
+        indexes = [models.Index(fields=["prompt", "status", "expires_at"], name="assignment_lease_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.prompt_id} → {self.annotator_id} ({self.status})"
+
+
+class Ranking(models.Model):
+    """Tiers of response ids, best first; responses in one tier are tied."""
+
+    assignment = models.OneToOneField(Assignment, on_delete=models.CASCADE, related_name="ranking")
+    prompt = models.ForeignKey(Prompt, on_delete=models.CASCADE, related_name="rankings")
+    annotator = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="rankings")
+    tiers = models.JSONField(default=list)
+    all_bad = models.BooleanField(default=False)
+    skipped = models.BooleanField(default=False)
+    rationale = models.TextField(blank=True)
+    seconds_spent = models.FloatField(default=0.0)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [models.UniqueConstraint(fields=["prompt", "annotator"], name="ranking_once_per_person")]
+
+    def __str__(self) -> str:
+        return f"ranking {self.pk} of prompt {self.prompt_id} by {self.annotator_id}"
+
+
+class PreferencePair(models.Model):
+    """A chosen/rejected pair: derived from a ranking (all C(K,2) pairs minus ties) or imported as such."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="pairs")
+    prompt = models.ForeignKey(Prompt, on_delete=models.CASCADE, related_name="pairs")
+    ranking = models.ForeignKey(Ranking, on_delete=models.CASCADE, related_name="pairs", null=True, blank=True)
+    chosen = models.ForeignKey(Response, on_delete=models.CASCADE, related_name="+")
+    rejected = models.ForeignKey(Response, on_delete=models.CASCADE, related_name="+")
+    weight = models.FloatField()
+    margin = models.FloatField()
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.CheckConstraint(condition=~models.Q(chosen=models.F("rejected")), name="pair_distinct_responses")
+        ]
+
+    def __str__(self) -> str:
+        return f"pair {self.pk}: {self.chosen_id} > {self.rejected_id}"
+
+
+class SamplingJob(models.Model):
+    class Status(models.TextChoices):
+        QUEUED = "queued", "Queued"
+        RUNNING = "running", "Running"
+        SUCCEEDED = "succeeded", "Succeeded"
+        FAILED = "failed", "Failed"
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="sampling_jobs")
+    model_path = models.CharField(max_length=500)
+    generation_settings = models.JSONField(default=dict)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
+    progress_done = models.PositiveIntegerField(default=0)
+    progress_total = models.PositiveIntegerField(default=0)
+    error = models.TextField(blank=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"sampling job {self.pk} ({self.status})"
+
+    @property
+    def is_active(self) -> bool:
+        return self.status in (self.Status.QUEUED, self.Status.RUNNING)
+
+    @property
+    def percent(self) -> int:
+        return round(100 * self.progress_done / self.progress_total) if self.progress_total else 0

@@ -1,0 +1,47 @@
+"""Preference pairs from a ranking's tiers (pure functions; the services store the "all" strategy).
+
+A ranking is a list of tiers of response ids, best first; responses in one tier are tied and give no pair.
+Margin is the distance between the two tiers, so a pair from first vs last place weighs more in a margin loss.
+"""
+
+from dataclasses import dataclass
+from itertools import combinations
+
+STRATEGIES = ("all", "best_vs_rest", "adjacent")
+
+
+@dataclass(frozen=True)
+class DerivedPair:
+    chosen: int
+    rejected: int
+    weight: float
+    margin: float
+
+
+def pairs_from_tiers(tiers: list[list[int]], *, strategy: str = "all") -> list[DerivedPair]:
+    """Pairs of one ranking.
+
+    all: every pair of responses in different tiers, weight 1/C(K,2) for K ranked responses (InstructGPT:
+    each ranking counts once, however many responses it orders). best_vs_rest: the top tier against every
+    other response. adjacent: each tier against the next one. The last two weigh 1/(their pair count).
+    """
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown pair strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
+    tiers = [list(tier) for tier in tiers if tier]
+    if strategy == "all":
+        tier_pairs = list(combinations(range(len(tiers)), 2))
+    elif strategy == "best_vs_rest":
+        tier_pairs = [(0, lower) for lower in range(1, len(tiers))]
+    else:
+        tier_pairs = [(upper, upper + 1) for upper in range(len(tiers) - 1)]
+    raw = [
+        (chosen, rejected, float(lower - upper))
+        for upper, lower in tier_pairs
+        for chosen in tiers[upper]
+        for rejected in tiers[lower]
+    ]
+    if not raw:
+        return []
+    ranked = sum(len(tier) for tier in tiers)
+    denominator = ranked * (ranked - 1) / 2 if strategy == "all" else len(raw)
+    return [DerivedPair(chosen, rejected, 1.0 / denominator, margin) for chosen, rejected, margin in raw]

@@ -1,0 +1,263 @@
+"""Annotation pages. Thin: parse, authorise, call a service or a selector, render (a fragment for htmx)."""
+
+import shutil
+from collections.abc import Callable
+
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse, QueryDict, StreamingHttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.text import slugify
+from django.views.decorators.http import require_POST
+
+from webapp.accounts.roles import annotator_required, is_researcher, researcher_required
+from webapp.annotation import exporting, selectors, services
+from webapp.annotation.forms import ExportForm, ImportForm, ProjectForm, SamplingForm
+from webapp.annotation.importing import ImportFileError, format_from_name, parse_import
+from webapp.annotation.models import Assignment, Project, SamplingJob
+from webapp.annotation.rendering import render_markdown
+
+# Annotators -------------------------------------------------------------------------------------------------
+
+
+@annotator_required
+def annotate_home(request: HttpRequest) -> HttpResponse:
+    return render(request, "annotation/annotate_home.html", {"rows": selectors.own_progress(user=request.user)})
+
+
+def _project_for_annotator(request: HttpRequest, project_id: int) -> Project:
+    project = get_object_or_404(Project, pk=project_id)
+    if not (is_researcher(request.user) or project.members.filter(pk=request.user.pk).exists()):
+        raise PermissionDenied("You are not a member of this project.")
+    return project
+
+
+def _item_context(request: HttpRequest, project: Project, error: str = "") -> dict:
+    assignment = services.assignment_lease_next(project=project, annotator=request.user)
+    context: dict = {"project": project, "assignment": assignment, "error": error}
+    if assignment is not None:
+        responses = selectors.responses_shown(prompt=assignment.prompt, annotator=request.user)
+        context["responses"] = [
+            {"id": response.pk, "letter": chr(ord("A") + index), "html": render_markdown(response.text),
+             "long": len(response.text) > 1500}
+            for index, response in enumerate(responses)
+        ]
+        context["prompt_html"] = render_markdown(assignment.prompt.text)
+    context["ranked"] = selectors.own_ranked_count(project=project, user=request.user)
+    return context
+
+
+def _render_item(request: HttpRequest, project: Project, error: str = "") -> HttpResponse:
+    context = _item_context(request, project, error)
+    if request.htmx:
+        return render(request, "annotation/annotate.html#item", context)
+    context["guidelines_html"] = render_markdown(project.guidelines)
+    return render(request, "annotation/annotate.html", context)
+
+
+@annotator_required
+def annotate(request: HttpRequest, project_id: int) -> HttpResponse:
+    return _render_item(request, _project_for_annotator(request, project_id))
+
+
+def _tiers_from_post(post: QueryDict) -> list[list[int]]:
+    """rank_<response id> = number (1 best); equal numbers are ties. Unranked responses are left out."""
+    by_rank: dict[int, list[int]] = {}
+    for key, value in post.items():
+        if key.startswith("rank_") and value.strip():
+            try:
+                by_rank.setdefault(int(value), []).append(int(key.removeprefix("rank_")))
+            except ValueError:
+                raise services.AnnotationError(f"{key}: {value!r} is not a rank number") from None
+    return [sorted(by_rank[rank]) for rank in sorted(by_rank)]
+
+
+def _pairwise_tiers(post: QueryDict) -> tuple[list[list[int]], bool]:
+    first, second = int(post["response_a"]), int(post["response_b"])
+    choices = {"a": [[first], [second]], "b": [[second], [first]], "tie": [[first, second]],
+               "both_bad": [[first, second]]}
+    choice = post.get("choice", "")
+    if choice not in choices:
+        raise services.AnnotationError("choose A, B, tie or both bad")
+    return choices[choice], choice == "both_bad"
+
+
+def _seconds(post: QueryDict) -> float:
+    try:
+        return float(post.get("seconds", "0"))
+    except ValueError:
+        return 0.0
+
+
+def _answer_item(request: HttpRequest, assignment_id: int, write: Callable[[Project], object]) -> HttpResponse:
+    """Record an answer on an item, then show the next item (or this one again with the refusal)."""
+    assignment = get_object_or_404(Assignment.objects.select_related("prompt__project"), pk=assignment_id)
+    project = _project_for_annotator(request, assignment.prompt.project_id)
+    try:
+        write(project)
+    except services.AnnotationError as error:
+        return _render_item(request, project, error=str(error))
+    if not request.htmx:
+        return redirect("annotation:annotate", project_id=project.pk)
+    return _render_item(request, project)
+
+
+@require_POST
+@annotator_required
+def annotate_submit(request: HttpRequest, assignment_id: int) -> HttpResponse:
+    def submit(project: Project) -> object:
+        if project.mode == Project.Mode.PAIRWISE:
+            tiers, all_bad = _pairwise_tiers(request.POST)
+        else:
+            tiers, all_bad = _tiers_from_post(request.POST), request.POST.get("all_bad") == "on"
+        return services.ranking_submit(
+            assignment_id=assignment_id, annotator=request.user, tiers=tiers, all_bad=all_bad,
+            rationale=request.POST.get("rationale", ""), seconds_spent=_seconds(request.POST),
+        )
+
+    return _answer_item(request, assignment_id, submit)
+
+
+@require_POST
+@annotator_required
+def annotate_skip(request: HttpRequest, assignment_id: int) -> HttpResponse:
+    return _answer_item(
+        request, assignment_id, lambda _: services.ranking_skip(assignment_id=assignment_id, annotator=request.user)
+    )
+
+
+# Researchers ------------------------------------------------------------------------------------------------
+
+
+@researcher_required
+def project_list(request: HttpRequest) -> HttpResponse:
+    return render(request, "annotation/project_list.html", {"projects": selectors.projects_visible_to(request.user)})
+
+
+@researcher_required
+def project_create(request: HttpRequest) -> HttpResponse:
+    form = ProjectForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        data = dict(form.cleaned_data)
+        project = services.project_create(members=data.pop("members"), **data)
+        messages.success(request, f"Project “{project.name}” created. Import prompts next.")
+        return redirect("annotation:project_detail", project_id=project.pk)
+    return render(request, "annotation/project_form.html", {"form": form})
+
+
+@researcher_required
+def project_edit(request: HttpRequest, project_id: int) -> HttpResponse:
+    project = get_object_or_404(Project, pk=project_id)
+    form = ProjectForm(request.POST or None, instance=project)
+    if request.method == "POST" and form.is_valid():
+        data = dict(form.cleaned_data)
+        services.project_update(project=project, members=data.pop("members"), **data)
+        return redirect("annotation:project_detail", project_id=project.pk)
+    return render(request, "annotation/project_form.html", {"form": form, "project": project})
+
+
+def _detail_context(project: Project) -> dict:
+    return {
+        "project": project,
+        "guidelines_html": render_markdown(project.guidelines),
+        "progress": selectors.project_progress(project),
+        "jobs": selectors.sampling_jobs(project),
+        "import_form": ImportForm(),
+        "sampling_form": SamplingForm(initial={"responses_per_prompt": project.responses_per_item}),
+        "export_form": ExportForm(),
+    }
+
+
+@researcher_required
+def project_detail(request: HttpRequest, project_id: int) -> HttpResponse:
+    project = get_object_or_404(Project, pk=project_id)
+    return render(request, "annotation/project_detail.html", _detail_context(project))
+
+
+@researcher_required
+def project_progress(request: HttpRequest, project_id: int) -> HttpResponse:
+    project = get_object_or_404(Project, pk=project_id)
+    return render(request, "annotation/project_detail.html#progress",
+                  {"project": project, "progress": selectors.project_progress(project)})
+
+
+@require_POST
+@researcher_required
+def project_import(request: HttpRequest, project_id: int) -> HttpResponse:
+    project = get_object_or_404(Project, pk=project_id)
+    form = ImportForm(request.POST, request.FILES)
+    if not form.is_valid():
+        messages.error(request, "Import: choose a file.")
+        return redirect("annotation:project_detail", project_id=project.pk)
+    upload = form.cleaned_data["file"]
+    try:
+        chosen = form.cleaned_data["file_format"]
+        file_format = format_from_name(upload.name) if chosen == "auto" else chosen
+        records = parse_import(upload.read(), file_format=file_format)
+    except ImportFileError as error:
+        messages.error(request, f"Nothing was imported from {upload.name}: {error}")
+        return redirect("annotation:project_detail", project_id=project.pk)
+    summary = services.prompts_import(project=project, records=records)
+    messages.success(
+        request,
+        f"Imported {summary.created} prompts ({summary.responses} responses, {summary.pairs} preference pairs) "
+        f"from {upload.name}; {summary.already_present} were already in the project.",
+    )
+    return redirect("annotation:project_detail", project_id=project.pk)
+
+
+@require_POST
+@researcher_required
+def sampling_create(request: HttpRequest, project_id: int) -> HttpResponse:
+    project = get_object_or_404(Project, pk=project_id)
+    form = SamplingForm(request.POST)
+    if form.is_valid():
+        options = dict(form.cleaned_data)
+        try:
+            services.sampling_job_create(project=project, model_path=options.pop("model_path"),
+                                         generation_settings=options, created_by=request.user)
+        except services.AnnotationError as error:
+            form.add_error("model_path", str(error))
+    context = {**_detail_context(project), "sampling_form": form}
+    if request.htmx:
+        return render(request, "annotation/project_detail.html#sampling", context)
+    return render(request, "annotation/project_detail.html", context)
+
+
+@researcher_required
+def sampling_job_status(request: HttpRequest, job_id: int) -> HttpResponse:
+    job = get_object_or_404(SamplingJob, pk=job_id)
+    return render(request, "annotation/project_detail.html#job", {"job": job})
+
+
+@researcher_required
+def project_export(request: HttpRequest, project_id: int, kind: str) -> HttpResponse:
+    project = get_object_or_404(Project, pk=project_id)
+    form = ExportForm(request.GET or None)
+    strategy = form.cleaned_data["strategy"] if form.is_valid() else "all"
+    stem = f"{slugify(project.name) or project.pk}-{strategy}"
+    pairs = selectors.pair_rows(project_id=project.pk, strategy=strategy)
+    if kind == "pairs.jsonl":
+        return _stream(exporting.jsonl_lines(pairs), f"{stem}-pairs.jsonl", "application/x-ndjson")
+    if kind == "pairs.csv":
+        return _stream(exporting.csv_lines(pairs), f"{stem}-pairs.csv", "text/csv")
+    if kind == "rankings.jsonl":
+        rows = selectors.ranking_rows(project_id=project.pk)
+        return _stream(exporting.jsonl_lines(rows), f"{slugify(project.name)}-rankings.jsonl", "application/x-ndjson")
+    if kind == "dataset.zip":
+        try:
+            archive = exporting.dataset_zip(pairs, name=f"{stem}-pairs")
+        except ValueError as error:
+            messages.error(request, str(error))
+            return redirect("annotation:project_detail", project_id=project.pk)
+        response = FileResponse(archive.open("rb"), as_attachment=True, filename=archive.name)
+        # The archive is open; its directory can go now (Linux keeps the inode until the file is closed).
+        shutil.rmtree(archive.parent)
+        return response
+    raise Http404(f"unknown export {kind!r}")
+
+
+def _stream(lines, filename: str, content_type: str) -> StreamingHttpResponse:
+    response = StreamingHttpResponse(lines, content_type=f"{content_type}; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response
