@@ -1,3 +1,19 @@
+from django.urls import path
+
+from webapp.experiments import views
+
 app_name = "experiments"
 
-urlpatterns: list = []
+urlpatterns = [
+    path("runs/", views.run_list, name="runs"),
+    path("runs/rows", views.run_list_rows, name="run_rows"),
+    path("runs/new", views.run_launch, name="run_launch"),
+    path("runs/compare", views.run_compare, name="run_compare"),
+    path("runs/<int:run_id>/", views.run_detail, name="run_detail"),
+    path("runs/<int:run_id>/status", views.run_status, name="run_status"),
+    path("runs/<int:run_id>/metrics", views.run_metrics, name="run_metrics"),
+    path("runs/<int:run_id>/samples", views.run_samples, name="run_samples"),
+    path("runs/<int:run_id>/cancel", views.run_cancel, name="run_cancel"),
+    path("runs/<int:run_id>/resume", views.run_resume, name="run_resume"),
+    path("models/", views.model_list, name="models"),
+]

@@ -5,6 +5,7 @@ import subprocess
 import sys
 import time
 
+from django.conf import settings
 from django.core.management.base import BaseCommand
 
 from workers.app import DEFAULT_QUEUE, GPU_QUEUE
@@ -13,8 +14,10 @@ from workers.app import DEFAULT_QUEUE, GPU_QUEUE
 def worker_commands() -> list[list[str]]:
     celery = [sys.executable, "-m", "celery", "-A", "workers", "worker", "--loglevel", "INFO"]
     return [
-        # Light web-side jobs never wait behind a training run.
-        [*celery, "-Q", DEFAULT_QUEUE, "--pool", "threads", "--concurrency", "2", "-n", f"{DEFAULT_QUEUE}@%h"],
+        # Light web-side jobs never wait behind a training run. -B: this worker also runs celery beat (the
+        # periodic stale-heartbeat check of runs).
+        [*celery, "-Q", DEFAULT_QUEUE, "--pool", "threads", "--concurrency", "2", "-n", f"{DEFAULT_QUEUE}@%h",
+         "-B", "--schedule", str(settings.DATA_DIR / "celerybeat-schedule")],
         # One model job at a time, in the worker's own process (no fork after CUDA is initialised).
         [*celery, "-Q", GPU_QUEUE, "--pool", "solo", "-n", f"{GPU_QUEUE}@%h"],
     ]

@@ -1,0 +1,212 @@
+// Run charts: one plotly chart per metric, one colour per run. The server downsamples (min/max per bucket);
+// live runs are polled for rows after the last step and the new points are appended (extendTraces), never
+// redrawn. Each run has three traces per chart: raw (faint), EMA-smoothed, and ✕ markers for NaN/Inf.
+(() => {
+  "use strict";
+  const container = document.getElementById("charts");
+  if (!container) return;
+  const runs = JSON.parse(container.dataset.runs);
+  const COLORS = ["#3b5bdb", "#e8590c", "#2b8a3e", "#ae3ec9", "#c92a2a", "#0c8599", "#5c940d", "#862e9c"];
+  const POLL_MS = 2000;
+  const xControl = document.querySelector("[data-chart-control=x]");
+  const smoothingControl = document.querySelector("[data-chart-control=smoothing]");
+  const state = {
+    x: xControl ? xControl.value : "step",
+    smoothing: smoothingControl ? Number(smoothingControl.value) : 0.6,
+    charts: new Map(), // metric -> div
+    data: new Map(), // metric -> per run {x, y, badX, bad}
+    lastStep: runs.map(() => 0),
+    offset: runs.map(() => 0), // subtracted from x (wall time: the run's first logged time)
+    active: runs.map((run) => run.active),
+    generation: 0, // bumped when the x axis changes, so late answers of the old axis are ignored
+  };
+
+  function smooth(ys, alpha, start = null) {
+    let previous = start;
+    return ys.map((y) => (previous = previous === null ? y : alpha * previous + (1 - alpha) * y));
+  }
+
+  function markerY(series, xs) {
+    // A NaN has no height: draw its marker at the last finite value before it (or 0).
+    return xs.map((x) => {
+      let found = 0;
+      for (let i = 0; i < series.x.length && series.x[i] <= x; i += 1) found = series.y[i];
+      return found;
+    });
+  }
+
+  function fromServer(series, index) {
+    // Wall time is shown as seconds since the run's first logged step, so runs started apart still overlay.
+    if (state.offset[index] === null) state.offset[index] = series.x[0] ?? series.nonfinite_x[0] ?? 0;
+    const offset = state.offset[index];
+    return {
+      x: series.x.map((x) => x - offset), y: series.y,
+      badX: series.nonfinite_x.map((x) => x - offset), bad: series.nonfinite,
+    };
+  }
+
+  function emptySeries() {
+    return { x: [], y: [], badX: [], bad: [] };
+  }
+
+  function traces(metric, seriesPerRun) {
+    return seriesPerRun.flatMap((series, index) => {
+      const color = COLORS[index % COLORS.length];
+      const group = `run-${runs[index].id}`;
+      return [
+        { x: series.x, y: series.y, mode: "lines", line: { color, width: 1 }, opacity: 0.25, hoverinfo: "skip",
+          legendgroup: group, showlegend: false, name: `${runs[index].label} raw` },
+        { x: series.x, y: smooth(series.y, state.smoothing), mode: "lines", line: { color, width: 2 },
+          legendgroup: group, name: runs[index].label },
+        { x: series.badX, y: markerY(series, series.badX), text: series.bad, mode: "markers",
+          marker: { symbol: "x", size: 11, color: "#c92a2a" }, legendgroup: group, showlegend: false,
+          name: `${runs[index].label} non-finite`, hovertemplate: `${metric} = %{text} at %{x}<extra></extra>` },
+      ];
+    });
+  }
+
+  function layout(metric) {
+    return {
+      title: { text: metric, font: { size: 13 } }, margin: { l: 50, r: 10, t: 30, b: 35 },
+      xaxis: { title: { text: { step: "step", wall_time: "seconds since start", tokens_seen: "tokens" }[state.x] } },
+      showlegend: runs.length > 1,
+      legend: { orientation: "h", y: -0.25 }, uirevision: state.x,
+    };
+  }
+
+  function ensureChart(metric) {
+    if (state.charts.has(metric)) return state.charts.get(metric);
+    const div = document.createElement("div");
+    div.className = "chart";
+    div.dataset.metric = metric;
+    const position = [...state.charts.keys(), metric].sort((a, b) => (a !== "loss") - (b !== "loss") || a.localeCompare(b));
+    const next = position[position.indexOf(metric) + 1];
+    container.insertBefore(div, next ? state.charts.get(next) : null);
+    state.charts.set(metric, div);
+    state.data.set(metric, runs.map(emptySeries));
+    Plotly.newPlot(div, traces(metric, state.data.get(metric)), layout(metric), { responsive: true, displaylogo: false });
+    div.on("plotly_relayout", (event) => onZoom(metric, event));
+    return div;
+  }
+
+  function url(run, params) {
+    const query = new URLSearchParams({ x: state.x, ...params });
+    return `${run.metrics_url}?${query}`;
+  }
+
+  async function fetchJson(address) {
+    const response = await fetch(address, { headers: { Accept: "application/json" } });
+    if (!response.ok) throw new Error(`${address}: ${response.status}`);
+    return response.json();
+  }
+
+  async function loadAll() {
+    const generation = ++state.generation;
+    const answers = await Promise.all(runs.map((run) => fetchJson(url(run, {}))));
+    if (generation !== state.generation) return;
+    for (const div of state.charts.values()) Plotly.purge(div);
+    container.replaceChildren();
+    state.charts.clear();
+    state.data.clear();
+    const names = new Set(answers.flatMap((answer) => Object.keys(answer.series)));
+    [...names].forEach(ensureChart);
+    answers.forEach((answer, index) => {
+      state.lastStep[index] = answer.last_step;
+      state.active[index] = answer.status === "queued" || answer.status === "running";
+      const firsts = Object.values(answer.series).flatMap((series) => [series.x[0], series.nonfinite_x[0]]);
+      state.offset[index] = state.x === "wall_time" ? Math.min(...firsts.filter((x) => x !== undefined)) : 0;
+      if (!Number.isFinite(state.offset[index])) state.offset[index] = state.x === "wall_time" ? null : 0;
+      for (const [metric, series] of Object.entries(answer.series)) {
+        state.data.get(metric)[index] = fromServer(series, index);
+      }
+    });
+    for (const [metric, div] of state.charts) Plotly.react(div, traces(metric, state.data.get(metric)), layout(metric));
+  }
+
+  function append(index, answer) {
+    for (const [metric, series] of Object.entries(answer.series)) {
+      const isNew = !state.charts.has(metric);
+      const div = ensureChart(metric);
+      const stored = state.data.get(metric)[index];
+      const lastSmooth = stored.y.length ? smooth(stored.y, state.smoothing).at(-1) : null;
+      const shifted = fromServer(series, index);
+      stored.x.push(...shifted.x);
+      stored.y.push(...shifted.y);
+      stored.badX.push(...shifted.badX);
+      stored.bad.push(...shifted.bad);
+      if (isNew || div.dataset.zoomed) {
+        if (isNew) Plotly.react(div, traces(metric, state.data.get(metric)), layout(metric));
+        continue;
+      }
+      const base = index * 3;
+      Plotly.extendTraces(div, {
+        x: [shifted.x, shifted.x],
+        y: [shifted.y, smooth(shifted.y, state.smoothing, lastSmooth)],
+      }, [base, base + 1]);
+      if (shifted.badX.length) {
+        Plotly.extendTraces(div, {
+          x: [shifted.badX], y: [markerY(stored, shifted.badX)], text: [shifted.bad],
+        }, [base + 2]);
+      }
+    }
+  }
+
+  async function poll() {
+    const generation = state.generation;
+    await Promise.all(runs.map(async (run, index) => {
+      if (!state.active[index]) return;
+      const answer = await fetchJson(url(run, { after: state.lastStep[index] }));
+      if (generation !== state.generation) return;
+      state.lastStep[index] = answer.last_step;
+      append(index, answer);
+      state.active[index] = answer.status === "queued" || answer.status === "running";
+    }));
+  }
+
+  async function onZoom(metric, event) {
+    const div = state.charts.get(metric);
+    if (event["xaxis.autorange"]) {
+      delete div.dataset.zoomed;
+      Plotly.react(div, traces(metric, state.data.get(metric)), layout(metric));
+      return;
+    }
+    const low = event["xaxis.range[0]"];
+    const high = event["xaxis.range[1]"];
+    if (low === undefined || high === undefined) return;
+    div.dataset.zoomed = "1";
+    const answers = await Promise.all(runs.map((run, index) => {
+      const offset = state.offset[index] ?? 0;
+      return fetchJson(url(run, { x_min: low + offset, x_max: high + offset }));
+    }));
+    const zoomed = answers.map((answer, index) => {
+      const series = answer.series[metric];
+      return series ? fromServer(series, index) : emptySeries();
+    });
+    const zoomLayout = { ...layout(metric), xaxis: { ...layout(metric).xaxis, range: [low, high], autorange: false } };
+    Plotly.react(div, traces(metric, zoomed), zoomLayout);
+  }
+
+  xControl?.addEventListener("change", () => {
+    state.x = xControl.value;
+    loadAll();
+  });
+  smoothingControl?.addEventListener("input", () => {
+    state.smoothing = Number(smoothingControl.value);
+    smoothingControl.nextElementSibling.value = smoothingControl.value;
+    for (const [metric, div] of state.charts) {
+      const smoothed = state.data.get(metric).map((series) => smooth(series.y, state.smoothing));
+      Plotly.restyle(div, { y: smoothed }, runs.map((_, index) => index * 3 + 1));
+    }
+  });
+
+  window.preflabCharts = {
+    metrics: () => [...state.charts.keys()],
+    points: (metric) => state.data.get(metric)?.reduce((total, series) => total + series.x.length + series.badX.length, 0) ?? 0,
+    nonfinite: (metric) => state.data.get(metric)?.flatMap((series) => series.bad) ?? [],
+    traceNames: (metric) => state.charts.get(metric)?.data.map((trace) => trace.name) ?? [],
+  };
+
+  loadAll().then(function loop() {
+    if (state.active.some(Boolean)) setTimeout(() => poll().finally(loop), POLL_MS);
+  });
+})();

@@ -1,0 +1,136 @@
+"""A researcher launches runs from the form and watches them live, cancels one, and compares two."""
+
+import time
+
+import pytest
+
+from tests.e2e.conftest import log_in
+from tests.webapp.experiments.helpers import (
+    ARITHMETIC,
+    register_tiny_model,
+    small_config,
+    tiny_model_roots,
+    wait_for,
+)
+from webapp.experiments import selectors, services
+from webapp.experiments.models import MetricRow, ModelRef, Run
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def tiny_model(settings, tiny_model_dir):
+    settings.MODEL_ROOTS = tiny_model_roots(tiny_model_dir)
+    return register_tiny_model(tiny_model_dir)
+
+
+def _fill(page, values: dict[str, str]) -> None:
+    closed = page.locator("details:not([open]) > summary")
+    while closed.count():
+        closed.first.click()  # open the collapsed groups (data, logging, advanced) as a researcher would
+    for name, value in values.items():
+        page.fill(f"[name={name}]", value)
+
+
+def _launch_and_watch(page, live_server, kind: str, values: dict[str, str]) -> Run:
+    page.goto(f"{live_server.url}/runs/new?kind={kind}")
+    _fill(page, values)
+    page.click("button[type=submit].primary")
+    page.wait_for_url(f"{live_server.url}/runs/*/")
+    run = Run.objects.order_by("-pk").first()
+    page.wait_for_function("window.preflabCharts && window.preflabCharts.points('loss') > 0", timeout=120_000)
+    first = page.evaluate("window.preflabCharts.points('loss')")
+    page.wait_for_function(f"window.preflabCharts.points('loss') > {first}", timeout=60_000)
+    page.wait_for_selector("#run-status-badge:text('succeeded')", timeout=180_000)
+    run.refresh_from_db()
+    assert run.status == Run.Status.SUCCEEDED, run.error
+    # Every logged step ends up on the chart (fewer than 2,000, so nothing is downsampled away).
+    page.wait_for_function(f"window.preflabCharts.points('loss') === {run.total_steps}")
+    return run
+
+
+def test_reward_model_run_launched_from_the_form_is_watched_live_and_its_checkpoint_is_a_model(
+    page, live_server, researcher, tiny_model, celery_worker_factory
+):
+    celery_worker_factory(queues=("gpu",))
+    log_in(page, live_server, "rita", "rita-password-1")
+    run = _launch_and_watch(page, live_server, "reward_model", {
+        "name": "browser rm", "size": "32", "max_steps": "60", "batch_size": "4", "max_length": "64",
+        "max_prompt_length": "16", "checkpoint_every": "30"})
+    assert run.kind == "reward_model" and run.created_by == researcher
+    assert page.js_errors == []
+    page.goto(f"{live_server.url}/models/")
+    checkpoint = ModelRef.objects.get(run=run, step=60)
+    cells = page.locator(f"tr[data-model='{checkpoint.pk}'] td").all_inner_texts()
+    assert cells[1:] == ["checkpoint", checkpoint.path, f"#{run.pk}", "60"]
+
+
+@pytest.mark.skipif("grpo" not in selectors.launchable_kinds(), reason="trainer/cli.py has no GRPO loop registered yet")
+def test_grpo_run_launched_from_the_form_is_watched_live(page, live_server, researcher, tiny_model,
+                                                         celery_worker_factory):
+    celery_worker_factory(queues=("gpu",))
+    log_in(page, live_server, "rita", "rita-password-1")
+    run = _launch_and_watch(page, live_server, "grpo", {
+        "name": "browser grpo", "size": "16", "max_steps": "6", "batch_size": "2", "group_size": "2",
+        "max_new_tokens": "8", "max_length": "64", "max_prompt_length": "16", "sample_every": "2"})
+    assert ModelRef.objects.filter(run=run, step=6).exists()
+
+
+def test_a_run_is_canceled_from_its_page_within_one_step(page, live_server, researcher, tiny_model,
+                                                         celery_worker_factory):
+    celery_worker_factory(queues=("gpu",))
+    run = services.run_create(kind="reward_model", config=small_config(tiny_model, max_steps=500, checkpoint_every=0),
+                              data_source=ARITHMETIC, created_by=researcher, name="to cancel")
+    log_in(page, live_server, "rita", "rita-password-1")
+    page.goto(f"{live_server.url}/runs/{run.pk}/")
+    wait_for(lambda: MetricRow.objects.filter(run=run).count() >= 2, timeout_s=120, what="two steps")
+    clicked_at = time.time()
+    page.click("#cancel-run")
+    page.wait_for_selector("#run-status-badge:text('canceled')", timeout=60_000)
+    assert MetricRow.objects.filter(run=run, wall_time__gt=clicked_at).count() <= 1
+    assert page.js_errors == []
+
+
+def test_two_runs_are_compared_and_the_diff_shows_exactly_the_differing_keys(page, live_server, researcher,
+                                                                             tiny_model, monkeypatch):
+    monkeypatch.setattr("workers.tasks.run_training.delay", lambda run_id: None)
+    first = services.run_create(kind="reward_model", config=small_config(tiny_model), data_source=ARITHMETIC,
+                                created_by=researcher, name="first")
+    second = services.run_create(kind="reward_model", config=small_config(tiny_model, lr=0.003, seed=7),
+                                 data_source=ARITHMETIC, created_by=researcher, name="second")
+    for run, loss in ((first, 1.0), (second, 2.0)):
+        services.metric_rows_write(run_id=run.pk, rows=[
+            {"step": step, "wall_time": float(step), "tokens_seen": step, "metrics": {"loss": loss / step}}
+            for step in range(1, 11)])
+    log_in(page, live_server, "rita", "rita-password-1")
+    page.goto(f"{live_server.url}/runs/")
+    page.check(f"input[name=runs][value='{first.pk}']")
+    page.check(f"input[name=runs][value='{second.pk}']")
+    page.click("text=Compare selected")
+    page.wait_for_selector("table.config-diff")
+    keys = page.locator("table.config-diff tbody tr").evaluate_all("rows => rows.map(row => row.dataset.key)")
+    assert keys == ["lr", "seed"]
+    page.wait_for_function("window.preflabCharts && window.preflabCharts.points('loss') === 20")
+    names = page.evaluate("window.preflabCharts.traceNames('loss')")
+    assert f"#{first.pk} first" in names and f"#{second.pk} second" in names
+    assert page.js_errors == []
+
+
+def test_a_nan_loss_is_marked_on_the_chart_and_the_failure_is_shown(page, live_server, researcher, tiny_model,
+                                                                   monkeypatch):
+    monkeypatch.setattr("workers.tasks.run_training.delay", lambda run_id: None)
+    run = services.run_create(kind="reward_model", config=small_config(tiny_model, debug_nan_at_step=3),
+                              data_source=ARITHMETIC, created_by=researcher, name="diverged")
+    services.metric_rows_write(run_id=run.pk, rows=[
+        {"step": step, "wall_time": float(step), "tokens_seen": step, "metrics": {"loss": float("nan") if step == 3 else 0.7}}
+        for step in (1, 2, 3)])
+    Run.objects.filter(pk=run.pk).update(status=Run.Status.RUNNING)
+    services.run_fail(run_id=run.pk, error="TrainingDiverged: loss is NaN at step 3")
+    log_in(page, live_server, "rita", "rita-password-1")
+    page.goto(f"{live_server.url}/runs/{run.pk}/")
+    page.wait_for_function("window.preflabCharts && window.preflabCharts.points('loss') === 3")
+    assert page.evaluate("window.preflabCharts.nonfinite('loss')") == ["NaN"]
+    marker = page.evaluate("document.querySelector('[data-metric=loss]').data[2]")
+    assert marker["x"] == [3] and marker["text"] == ["NaN"]
+    assert "loss is NaN at step 3" in page.locator(".status").inner_text()
+    assert page.locator("[data-alert=loss_nan]").count() == 1

@@ -1,0 +1,40 @@
+"""Helpers shared by the experiments tests (also imported by tests/e2e/test_experiments_*.py)."""
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from django.conf import settings
+
+from webapp.experiments.models import ModelRef, Run
+from webapp.experiments.services import model_register
+
+ARITHMETIC = {"type": "arithmetic", "level": 1, "size": 32}
+
+
+def register_tiny_model(tiny_model_dir: Path) -> ModelRef:
+    """The session's tiny model, registered with its parent as a model root (override MODEL_ROOTS first)."""
+    return model_register(path=str(tiny_model_dir), name="tiny arithmetic")
+
+
+def tiny_model_roots(tiny_model_dir: Path) -> list[Path]:
+    return [*settings.MODEL_ROOTS, Path(tiny_model_dir).parent.resolve()]
+
+
+def small_config(model: ModelRef, **overrides) -> dict:
+    """A reward-model config that trains in seconds on the tiny model."""
+    return {"model": model.path, "batch_size": 4, "max_length": 64, "max_prompt_length": 16, "max_steps": 6,
+            "checkpoint_every": 2, **overrides}
+
+
+def wait_for(predicate: Callable[[], bool], *, timeout_s: float, what: str, poll_s: float = 0.2) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(poll_s)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+def run_status(run_id: int) -> str:
+    return Run.objects.values_list("status", flat=True).get(pk=run_id)

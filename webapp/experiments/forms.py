@@ -1,0 +1,164 @@
+"""The launch form, built from the trainer's config dataclass of the chosen run kind (trainer/config.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from typing import Any, Literal
+
+from django import forms
+from django.core.exceptions import ValidationError
+
+from trainer.config import CONFIG_CLASSES
+from trainer.rewards import REWARD_FUNCTIONS
+from webapp.experiments.models import ModelRef
+from webapp.experiments.services import MODEL_FIELDS, ONLINE_KINDS, SERVICE_FIELDS
+
+REWARD_PREFIX = "reward__"
+DATA_SOURCE_CHOICES = [
+    ("arithmetic", "Arithmetic task (built in)"),
+    ("project_pairs", "A project's preference pairs"),
+    ("project_prompts", "A project's prompts"),
+    ("upload", "Upload a JSONL file"),
+]
+GROUP_ORDER = ("model", "optimisation", "data", "logging", "advanced")
+
+
+def _projects() -> list[tuple[int, str, int, int]]:
+    try:
+        from webapp.annotation.selectors import projects_for_training
+    except ImportError:
+        return []
+    return list(projects_for_training())
+
+
+def _model_choices(*, blank: str | None) -> list[tuple[str, str]]:
+    choices = [("", blank)] if blank is not None else []
+    return choices + [(model.path, f"{model.name} ({model.get_source_display()})") for model in ModelRef.objects.all()]
+
+
+def _unwrap_optional(annotation: Any) -> tuple[Any, bool]:
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        options = [option for option in typing.get_args(annotation) if option is not type(None)]
+        return options[0], len(options) < len(typing.get_args(annotation))
+    return annotation, False
+
+
+def _form_field(name: str, annotation: Any, dataclass_field: dataclasses.Field) -> forms.Field:
+    base, optional = _unwrap_optional(annotation)
+    help_text = dataclass_field.metadata.get("help", "")
+    if name in MODEL_FIELDS:
+        return forms.ChoiceField(
+            choices=_model_choices(blank=None if name == "model" else "— none —"),
+            required=name == "model", help_text=help_text,
+        )
+    if base is bool:
+        return forms.BooleanField(required=False, help_text=help_text)
+    if typing.get_origin(base) is Literal:
+        return forms.ChoiceField(choices=[(value, value) for value in typing.get_args(base)], help_text=help_text)
+    if base is int:
+        return forms.IntegerField(required=False, help_text=help_text)
+    if base is float:
+        return forms.FloatField(required=False, help_text=help_text)
+    if typing.get_origin(base) is list:
+        return forms.CharField(required=False, help_text=f"{help_text} (comma-separated)")
+    return forms.CharField(required=not optional and dataclass_field.default is dataclasses.MISSING,
+                           help_text=help_text)
+
+
+def visible_config_fields(kind: str) -> list[dataclasses.Field]:
+    return [
+        f for f in dataclasses.fields(CONFIG_CLASSES[kind])
+        if not f.metadata.get("test_only") and f.name not in SERVICE_FIELDS and f.name != "rewards"
+    ]
+
+
+def _initial_value(value: Any) -> Any:
+    if isinstance(value, list):
+        return ", ".join(str(item) for item in value)
+    return value
+
+
+class LaunchForm(forms.Form):
+    name = forms.CharField(max_length=200, required=False, help_text="A name to find the run by.")
+    data_source = forms.ChoiceField(choices=DATA_SOURCE_CHOICES, initial="arithmetic")
+    level = forms.TypedChoiceField(choices=[(1, "1"), (2, "2"), (3, "3")], coerce=int, initial=1, required=False,
+                                   help_text="Arithmetic level: 1 = a + b, 2 = two operations, 3 = three.")
+    size = forms.IntegerField(min_value=1, initial=64, required=False, help_text="Arithmetic problems to train on.")
+    project = forms.TypedChoiceField(coerce=int, required=False, empty_value=None)
+    upload = forms.FileField(required=False, help_text="JSONL; one object per line with the fields the kind needs.")
+
+    def __init__(self, *args: Any, kind: str, initial_config: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.kind = kind
+        self.fields["project"].choices = [("", "— choose —")] + [
+            (project_id, f"{name} ({pairs} pairs, {prompts} prompts)")
+            for project_id, name, pairs, prompts in _projects()
+        ]
+        cls = CONFIG_CLASSES[kind]
+        hints = typing.get_type_hints(cls)
+        self.config_groups: dict[str, list[str]] = {}
+        defaults = {f.name: f.default for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}
+        defaults.update({f.name: f.default_factory() for f in dataclasses.fields(cls)
+                         if f.default_factory is not dataclasses.MISSING})
+        values = {**defaults, **(initial_config or {})}
+        for f in visible_config_fields(kind):
+            self.fields[f.name] = _form_field(f.name, hints[f.name], f)
+            if values.get(f.name) is not None:
+                self.initial.setdefault(f.name, _initial_value(values[f.name]))
+            self.config_groups.setdefault(f.metadata.get("group", "advanced"), []).append(f.name)
+        if kind in ONLINE_KINDS:
+            weights = values.get("rewards") or {}
+            for reward_name, (_, help_text) in REWARD_FUNCTIONS.items():
+                field_name = REWARD_PREFIX + reward_name
+                self.fields[field_name] = forms.FloatField(required=False, help_text=help_text, label=reward_name)
+                self.initial.setdefault(field_name, weights.get(reward_name))
+
+    def grouped_config_fields(self) -> list[tuple[str, list[forms.BoundField]]]:
+        return [
+            (group, [self[name] for name in self.config_groups[group]])
+            for group in GROUP_ORDER if group in self.config_groups
+        ]
+
+    def reward_fields(self) -> list[forms.BoundField]:
+        return [self[name] for name in self.fields if name.startswith(REWARD_PREFIX)]
+
+    def config(self) -> dict[str, Any]:
+        """The config dict of the visible fields; an empty number leaves the trainer's default."""
+        hints = typing.get_type_hints(CONFIG_CLASSES[self.kind])
+        config: dict[str, Any] = {}
+        for f in visible_config_fields(self.kind):
+            value = self.cleaned_data.get(f.name)
+            base, optional = _unwrap_optional(hints[f.name])
+            if typing.get_origin(base) is list:
+                config[f.name] = [item.strip() for item in (value or "").split(",") if item.strip()]
+            elif value in (None, ""):
+                if optional:
+                    config[f.name] = None
+            else:
+                config[f.name] = value
+        if self.kind in ONLINE_KINDS:
+            config["rewards"] = {
+                name.removeprefix(REWARD_PREFIX): value
+                for name, value in self.cleaned_data.items()
+                if name.startswith(REWARD_PREFIX) and value is not None
+            }
+        return config
+
+    def data_source_value(self) -> dict[str, Any]:
+        """The data source as stored on the run (an upload is stored by the service, see upload_store)."""
+        source = self.cleaned_data["data_source"]
+        if source == "arithmetic":
+            return {"type": "arithmetic", "level": self.cleaned_data.get("level") or 1,
+                    "size": self.cleaned_data.get("size")}
+        if source in ("project_pairs", "project_prompts"):
+            return {"type": source, "project_id": self.cleaned_data.get("project")}
+        return {"type": "upload"}
+
+    def add_service_errors(self, error: ValidationError) -> None:
+        for field, messages in error.message_dict.items():
+            if field in self.fields:
+                self.add_error(field, messages)
+            else:
+                self.add_error(None, [f"{field}: {message}" for message in messages])

@@ -1,0 +1,108 @@
+"""Models (base models and checkpoints), training runs, their metric rows and samples."""
+
+from django.conf import settings
+from django.db import models
+
+
+class ModelRef(models.Model):
+    """A model usable as policy, reference, reward model or critic: a base model or a run's checkpoint."""
+
+    class Source(models.TextChoices):
+        LOCAL = "local", "local directory"
+        HUB = "hub", "hub id"
+        CHECKPOINT = "checkpoint", "checkpoint"
+
+    name = models.CharField(max_length=200)
+    path = models.CharField(max_length=1000, unique=True, help_text="A directory under a model root, or a hub id.")
+    source = models.CharField(max_length=20, choices=Source.choices)
+    run = models.ForeignKey("Run", null=True, blank=True, on_delete=models.CASCADE, related_name="checkpoints")
+    step = models.PositiveIntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Run(models.Model):
+    class Kind(models.TextChoices):
+        REWARD_MODEL = "reward_model", "reward model"
+        SFT = "sft", "SFT"
+        DPO = "dpo", "DPO"
+        GRPO = "grpo", "GRPO"
+        PPO = "ppo", "PPO"
+
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        SUCCEEDED = "succeeded"
+        FAILED = "failed"
+        CANCELED = "canceled"
+
+    name = models.CharField(max_length=200)
+    kind = models.CharField(max_length=20, choices=Kind.choices)
+    config = models.JSONField(help_text="Validated by the trainer's dataclass for this kind.")
+    data_source = models.JSONField(help_text='e.g. {"type": "arithmetic", "level": 1, "size": 64}')
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.QUEUED)
+    cancel_requested = models.BooleanField(default=False)
+    error = models.TextField(blank=True)
+    alerts = models.JSONField(default=list, blank=True)
+    metric_names = models.JSONField(default=list, blank=True, help_text="Every metric name the run logged.")
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    current_step = models.PositiveIntegerField(default=0)
+    total_steps = models.PositiveIntegerField(null=True, blank=True)
+    tokens_seen = models.BigIntegerField(default=0)
+    checkpoint_path = models.CharField(max_length=1000, blank=True)
+    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="runs")
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["status"])]
+
+    def __str__(self) -> str:
+        return f"#{self.pk} {self.name}"
+
+    @property
+    def is_active(self) -> bool:
+        return self.status in (self.Status.QUEUED, self.Status.RUNNING)
+
+
+class MetricRow(models.Model):
+    """One logged step. Non-finite values are stored as the strings "NaN", "Infinity", "-Infinity"."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="metric_rows")
+    step = models.PositiveIntegerField()
+    wall_time = models.FloatField(help_text="Unix time when the step was logged.")
+    tokens_seen = models.BigIntegerField()
+    metrics = models.JSONField()
+
+    class Meta:
+        ordering = ["run", "step"]
+        constraints = [models.UniqueConstraint(fields=["run", "step"], name="metric_row_unique_step")]
+
+    def __str__(self) -> str:
+        return f"run {self.run_id} step {self.step}"
+
+
+class Sample(models.Model):
+    """What the model actually wrote at a step, with its rewards per function."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="samples")
+    step = models.PositiveIntegerField()
+    prompt = models.TextField()
+    completion = models.TextField()
+    rewards = models.JSONField(default=dict)
+    advantage = models.JSONField(null=True, blank=True, help_text="A float, or its non-finite spelling.")
+
+    class Meta:
+        ordering = ["run", "step", "id"]
+        indexes = [models.Index(fields=["run", "step"])]
+
+    def __str__(self) -> str:
+        return f"run {self.run_id} step {self.step} sample {self.pk}"

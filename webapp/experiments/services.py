@@ -1,0 +1,435 @@
+"""Every write of the experiments app: models, runs (one write path per status change), metrics, samples.
+
+The web process never imports torch: trainer modules are imported inside `run_execute`, which runs in a
+GPU worker.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import re
+import traceback
+import uuid
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timedelta
+from importlib import import_module
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import ValidationError
+from django.core.files.uploadedfile import UploadedFile
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from trainer.config import CONFIG_CLASSES, ConfigError, config_from_dict
+from trainer.sink import encode_json_value
+from webapp.experiments.models import MetricRow, ModelRef, Run, Sample
+
+logger = logging.getLogger(__name__)
+
+Status = Run.Status
+# Status changes allowed by the run's services; anything else is refused (e.g. a late "succeeded" after
+# the stale-heartbeat check already failed the run).
+TRANSITIONS: dict[str, set[str]] = {
+    Status.QUEUED: {Status.RUNNING, Status.CANCELED},
+    Status.RUNNING: {Status.SUCCEEDED, Status.FAILED, Status.CANCELED},
+    Status.SUCCEEDED: {Status.QUEUED},
+    Status.FAILED: {Status.QUEUED},
+    Status.CANCELED: {Status.QUEUED},
+}
+MODEL_FIELDS = ("model", "reference_model", "reward_model", "critic_model")
+# Set by the service, never by a form: where the run writes, and which checkpoint it continues from.
+SERVICE_FIELDS = ("output_dir", "resume_from")
+ONLINE_KINDS = ("grpo", "ppo")
+PAIR_KINDS = ("reward_model", "dpo")
+REQUIRED_UPLOAD_FIELDS = {
+    "reward_model": ("prompt", "chosen", "rejected"),
+    "dpo": ("prompt", "chosen", "rejected"),
+    "sft": ("prompt", "completion"),
+    "grpo": ("prompt",),
+    "ppo": ("prompt",),
+}
+DATA_SOURCE_TYPES = ("arithmetic", "project_pairs", "project_prompts", "upload")
+ARITHMETIC_EVAL_ROWS = 8
+TRACEBACK_LINES = 30
+# Alert thresholds (DESIGN section 5 metric names). KL this high means the policy left the reference far
+# behind; entropy this low means sampling has collapsed onto one completion.
+KL_ALERT_THRESHOLD = 1.0
+ENTROPY_COLLAPSE_THRESHOLD = 0.05
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+# --- models -------------------------------------------------------------------------------------------
+
+
+def _inside_model_roots(path: Path) -> bool:
+    return any(path == root or root in path.parents for root in settings.MODEL_ROOTS)
+
+
+def model_register(*, path: str, name: str = "") -> ModelRef:
+    """Register a base model: a directory under PREFLAB_MODEL_ROOTS (with config.json) or a hub id."""
+    text = path.strip()
+    if not text:
+        raise ValidationError({"path": "give a directory under a model root or a hub id (org/name)"})
+    if HUB_ID.fullmatch(text) and not text.startswith((".", "/")) and not Path(text).exists():
+        model, _ = ModelRef.objects.get_or_create(
+            path=text, defaults={"name": name or text, "source": ModelRef.Source.HUB}
+        )
+        return model
+    directory = Path(text).expanduser().resolve()
+    if not _inside_model_roots(directory):
+        roots = ", ".join(str(root) for root in settings.MODEL_ROOTS)
+        raise ValidationError({"path": f"{directory} is outside the model roots ({roots}); refused"})
+    if not (directory / "config.json").is_file():
+        raise ValidationError({"path": f"{directory} holds no model: config.json is missing"})
+    model, _ = ModelRef.objects.get_or_create(
+        path=str(directory), defaults={"name": name or directory.name, "source": ModelRef.Source.LOCAL}
+    )
+    return model
+
+
+def model_register_checkpoint(*, run_id: int, step: int, path: str) -> ModelRef:
+    run = Run.objects.get(pk=run_id)
+    model, _ = ModelRef.objects.update_or_create(
+        path=str(Path(path).resolve()),
+        defaults={"name": f"run {run.pk} {run.name} · step {step}", "source": ModelRef.Source.CHECKPOINT,
+                  "run": run, "step": step},
+    )
+    Run.objects.filter(pk=run_id).update(checkpoint_path=model.path)
+    return model
+
+
+def _check_model_fields(config: Mapping[str, Any]) -> None:
+    """Every model a run loads must be registered (checkpoints, base models in the roots, hub ids)."""
+    for name in MODEL_FIELDS:
+        value = config.get(name)
+        if value in (None, ""):
+            continue
+        if not isinstance(value, str):
+            raise ValidationError({name: f"expected a model path, got {value!r}"})
+        if not ModelRef.objects.filter(path=value).exists():
+            try:
+                model_register(path=value)
+            except ValidationError as error:
+                raise ValidationError({name: error.message_dict["path"]}) from None
+
+
+# --- data sources ---------------------------------------------------------------------------------------
+
+
+def upload_store(*, file: UploadedFile, kind: str) -> dict[str, Any]:
+    """Check an uploaded JSONL file (each line an object with the fields `kind` needs) and keep it."""
+    required = REQUIRED_UPLOAD_FIELDS[kind]
+    raw = file.read()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValidationError({"upload": f"{file.name} is not UTF-8 text"}) from None
+    count = 0
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise ValidationError({"upload": f"{file.name}, line {number}: not valid JSON ({error.msg})"}) from None
+        if not isinstance(row, dict):
+            raise ValidationError({"upload": f"{file.name}, line {number}: expected a JSON object"})
+        missing = [name for name in required if not isinstance(row.get(name), str)]
+        if missing:
+            raise ValidationError({"upload": f"{file.name}, line {number}: missing text field {missing[0]!r}"})
+        count += 1
+    if not count:
+        raise ValidationError({"upload": f"{file.name} has no rows"})
+    directory = settings.DATA_DIR / "uploads"
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{uuid.uuid4().hex}.jsonl"
+    path.write_bytes(raw)
+    return {"type": "upload", "path": str(path), "name": file.name, "rows": count}
+
+
+def _check_data_source(kind: str, source: Mapping[str, Any]) -> None:
+    source_type = source.get("type")
+    if source_type not in DATA_SOURCE_TYPES:
+        raise ValidationError({"data_source": f"unknown data source {source_type!r}"})
+    if source_type == "arithmetic":
+        level, size = source.get("level"), source.get("size")
+        if level not in (1, 2, 3):
+            raise ValidationError({"level": f"must be 1, 2 or 3, got {level!r}"})
+        if not isinstance(size, int) or size < 1:
+            raise ValidationError({"size": f"must be a positive number of problems, got {size!r}"})
+    elif source_type == "project_pairs" and kind in ONLINE_KINDS:
+        raise ValidationError({"data_source": f"{kind} trains on prompts: choose a project's prompts"})
+    elif source_type == "project_prompts" and kind not in ONLINE_KINDS:
+        raise ValidationError({"data_source": f"{kind} needs preference pairs or an uploaded file, not prompts"})
+    elif source_type == "upload" and not Path(str(source.get("path", ""))).is_file():
+        raise ValidationError({"upload": "the uploaded file is missing; upload it again"})
+    if source_type.startswith("project_") and not isinstance(source.get("project_id"), int):
+        raise ValidationError({"project": "choose a project"})
+
+
+def _arithmetic_rows(kind: str, level: int, split: str, count: int) -> list[dict]:
+    from trainer.tasks import arithmetic
+
+    if level == 1:
+        count = min(count, len(arithmetic.problems(1, split)))  # level 1 has only 100 problems in all
+    if kind in PAIR_KINDS:
+        return arithmetic.preference_rows(level, split, count)
+    if kind == "sft":
+        return arithmetic.sft_rows(level, split, count)
+    return [{"prompt": p.prompt, "answer": str(p.answer)} for p in arithmetic.problems(level, split, count)]
+
+
+def training_rows(kind: str, source: Mapping[str, Any]) -> tuple[list[dict], list[dict] | None]:
+    """(training rows, held-out rows or None) for a run's data source, in the trainer's row format."""
+    source_type = source["type"]
+    if source_type == "arithmetic":
+        return (
+            _arithmetic_rows(kind, source["level"], "train", source["size"]),
+            _arithmetic_rows(kind, source["level"], "test", ARITHMETIC_EVAL_ROWS),
+        )
+    if source_type == "upload":
+        lines = Path(source["path"]).read_text(encoding="utf-8").splitlines()
+        return [json.loads(line) for line in lines if line.strip()], None
+    selectors = import_module("webapp.annotation.selectors")
+    if source_type == "project_prompts":
+        return selectors.prompts_for_training(project_id=source["project_id"]), None
+    pairs = selectors.preference_pairs_for_training(project_id=source["project_id"])
+    if kind == "sft":
+        return [{"prompt": pair["prompt"], "completion": pair["chosen"]} for pair in pairs], None
+    return pairs, None
+
+
+# --- runs ------------------------------------------------------------------------------------------------
+
+
+def _validated_config(kind: str, config: Mapping[str, Any], output_dir: str) -> dict[str, Any]:
+    from trainer.cli import TRAIN_MODULES
+    from trainer.config import config_to_dict
+
+    if kind not in CONFIG_CLASSES or kind not in TRAIN_MODULES:
+        known = ", ".join(name for name in CONFIG_CLASSES if name in TRAIN_MODULES)
+        raise ValidationError({"kind": f"unknown run kind {kind!r}; choose one of {known}"})
+    values = {key: value for key, value in config.items() if key not in SERVICE_FIELDS}
+    try:
+        validated = config_from_dict(kind, {**values, "output_dir": output_dir})
+    except ConfigError as error:
+        raise ValidationError({error.field: error.message}) from None
+    except TypeError as error:
+        raise ValidationError({"config": str(error)}) from None
+    _check_model_fields(values)
+    return config_to_dict(validated)
+
+
+def _queue(run: Run) -> None:
+    from workers.tasks import run_training
+
+    run_id = run.pk
+    transaction.on_commit(lambda: run_training.delay(run_id))
+
+
+@transaction.atomic
+def run_create(
+    *,
+    kind: str,
+    config: Mapping[str, Any],
+    data_source: Mapping[str, Any],
+    created_by: AbstractBaseUser | None,
+    name: str = "",
+    parent: Run | None = None,
+) -> Run:
+    """Validate the config with the trainer's dataclass, store the run and queue it once committed."""
+    _validated_config(kind, config, str(settings.RUNS_DIR / "new"))
+    _check_data_source(kind, data_source)
+    run = Run.objects.create(
+        name=name.strip() or f"{kind} run", kind=kind, config={}, data_source=dict(data_source),
+        created_by=created_by, parent=parent,
+    )
+    run.config = _validated_config(kind, config, str(settings.RUNS_DIR / str(run.pk)))
+    run.save(update_fields=["config"])
+    _queue(run)
+    return run
+
+
+def _transition(run_id: int, target: str, *, only_from: str | None = None, **fields: Any) -> bool:
+    """Move a run to `target` if that is allowed from its current status; False (and nothing written) if not."""
+    sources = [status for status, targets in TRANSITIONS.items() if target in targets]
+    if only_from is not None:
+        sources = [status for status in sources if status == only_from]
+    changed = Run.objects.filter(pk=run_id, status__in=sources).update(status=target, **fields)
+    if not changed:
+        logger.info("run %s: refused the change to %s", run_id, target)
+    return bool(changed)
+
+
+def run_cancel(*, run_id: int) -> None:
+    """A queued run is canceled at once; a running one stops at its next step (the sink's should_stop)."""
+    if _transition(run_id, Status.CANCELED, only_from=Status.QUEUED, finished_at=timezone.now(), cancel_requested=True):
+        return
+    Run.objects.filter(pk=run_id, status=Status.RUNNING).update(cancel_requested=True)
+
+
+def run_fail(*, run_id: int, error: str, alert: str | None = None) -> bool:
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(pk=run_id)
+        alerts = list(run.alerts)
+        if alert and not any(item["kind"] == alert for item in alerts):
+            alerts.append({"kind": alert, "step": run.current_step, "message": error.splitlines()[0]})
+        return _transition(run_id, Status.FAILED, error=error, finished_at=timezone.now(), alerts=alerts)
+
+
+def runs_fail_stale(*, now: datetime | None = None) -> list[int]:
+    """Fail every running run whose worker stopped sending heartbeats (it was killed or lost)."""
+    now = now or timezone.now()
+    limit = now - timedelta(seconds=settings.PREFLAB_HEARTBEAT_TIMEOUT_S)
+    stale = Run.objects.filter(status=Status.RUNNING).filter(
+        Q(heartbeat_at__lt=limit) | Q(heartbeat_at__isnull=True, started_at__lt=limit)
+    )
+    failed = []
+    for run_id, heartbeat in stale.values_list("pk", "heartbeat_at"):
+        last = heartbeat.isoformat(timespec="seconds") if heartbeat else "never"
+        message = f"worker stopped sending heartbeats; last at {last}"
+        if run_fail(run_id=run_id, error=message, alert="stale_heartbeat"):
+            failed.append(run_id)
+    return failed
+
+
+@transaction.atomic
+def run_resume(*, run_id: int, checkpoint_id: int) -> Run:
+    """Continue a finished run from one of its checkpoints: later rows are rewound, the step axis continues."""
+    run = Run.objects.select_for_update().get(pk=run_id)
+    checkpoint = ModelRef.objects.filter(pk=checkpoint_id, run=run).first()
+    if checkpoint is None or checkpoint.step is None:
+        raise ValidationError({"checkpoint": f"checkpoint {checkpoint_id} does not belong to run {run_id}"})
+    if run.is_active:
+        raise ValidationError({"status": f"run {run_id} is {run.status}; only a finished run can be resumed"})
+    _rewind(run, checkpoint.step)
+    run.config = {**run.config, "resume_from": checkpoint.path}
+    run.save(update_fields=["config"])
+    _transition(
+        run_id, Status.QUEUED, error="", cancel_requested=False, finished_at=None, current_step=checkpoint.step,
+        checkpoint_path=checkpoint.path,
+        alerts=[alert for alert in run.alerts if alert.get("step", 0) <= checkpoint.step and alert["kind"] != "stale_heartbeat"],
+    )
+    _queue(run)
+    run.refresh_from_db()
+    return run
+
+
+def _rewind(run: Run, step: int) -> None:
+    MetricRow.objects.filter(run=run, step__gt=step).delete()
+    Sample.objects.filter(run=run, step__gt=step).delete()
+    ModelRef.objects.filter(run=run, step__gt=step).delete()
+
+
+def _train_function(kind: str):
+    from trainer.cli import TRAIN_MODULES  # the trainer's own kind -> module dispatch
+
+    if kind not in TRAIN_MODULES:
+        raise ValueError(f"the trainer has no training loop registered for {kind!r} (trainer/cli.py TRAIN_MODULES)")
+    return import_module(TRAIN_MODULES[kind]).train
+
+
+def run_execute(*, run_id: int) -> None:
+    """Train a queued run in this worker; a run that is not queued (e.g. a redelivered task) is left alone."""
+    from webapp.experiments.sink import DatabaseSink
+
+    now = timezone.now()
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(pk=run_id)
+        if run.status != Status.QUEUED:
+            logger.info("run %s is %s, not queued: nothing to do", run_id, run.status)
+            return
+        _transition(run_id, Status.RUNNING, started_at=now, heartbeat_at=now, error="", finished_at=None)
+    sink = DatabaseSink(run_id)
+    try:
+        config = config_from_dict(run.kind, run.config)
+        data, eval_data = training_rows(run.kind, run.data_source)
+        result = _train_function(run.kind)(config, data, sink, eval_data=eval_data)
+    except Exception as error:
+        sink.close()
+        tail = "".join(traceback.format_exception(error)).splitlines()[-TRACEBACK_LINES:]
+        run_fail(run_id=run_id, error=f"{type(error).__name__}: {error}\n\n" + "\n".join(tail))
+        return
+    sink.close()
+    final = Status.CANCELED if result.stopped else Status.SUCCEEDED
+    _transition(run_id, final, finished_at=timezone.now())
+
+
+# --- what the worker's sink writes --------------------------------------------------------------------------
+
+
+def run_training_started(*, run_id: int, total_steps: int, start_step: int) -> None:
+    """The loop starts (or resumes at start_step): rows after it belong to an abandoned branch."""
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(pk=run_id)
+        _rewind(run, start_step)
+        Run.objects.filter(pk=run_id).update(
+            total_steps=total_steps, current_step=start_step, heartbeat_at=timezone.now()
+        )
+
+
+def run_heartbeat(*, run_id: int) -> None:
+    Run.objects.filter(pk=run_id).update(heartbeat_at=timezone.now())
+
+
+def _alerts_for(step: int, metrics: Mapping[str, float]) -> list[dict[str, Any]]:
+    alerts = []
+    loss = metrics.get("loss")
+    if loss is not None and not math.isfinite(loss):
+        alerts.append({"kind": "loss_nan", "step": step, "message": f"loss is {loss} at step {step}"})
+    kl = metrics.get("kl")
+    if kl is not None and math.isfinite(kl) and kl > KL_ALERT_THRESHOLD:
+        alerts.append({"kind": "kl_high", "step": step,
+                       "message": f"KL {kl:.3g} above {KL_ALERT_THRESHOLD} at step {step}"})
+    entropy = metrics.get("entropy")
+    if entropy is not None and math.isfinite(entropy) and entropy < ENTROPY_COLLAPSE_THRESHOLD:
+        alerts.append({"kind": "entropy_collapse", "step": step,
+                       "message": f"entropy {entropy:.3g} below {ENTROPY_COLLAPSE_THRESHOLD} at step {step}"})
+    return alerts
+
+
+def metric_rows_write(*, run_id: int, rows: Iterable[dict[str, Any]]) -> None:
+    """Bulk insert logged steps (update on a repeated step), move the run's progress, raise alerts."""
+    rows = list(rows)
+    if not rows:
+        return
+    objects = [
+        MetricRow(run_id=run_id, step=row["step"], wall_time=row["wall_time"], tokens_seen=row["tokens_seen"],
+                  metrics=encode_json_value(dict(row["metrics"])))
+        for row in rows
+    ]
+    new_alerts = [alert for row in rows for alert in _alerts_for(row["step"], row["metrics"])]
+    last = max(rows, key=lambda row: row["step"])
+    with transaction.atomic():
+        MetricRow.objects.bulk_create(
+            objects, batch_size=1000, update_conflicts=True, unique_fields=["run", "step"],
+            update_fields=["wall_time", "tokens_seen", "metrics"],
+        )
+        run = Run.objects.select_for_update().get(pk=run_id)
+        alerts = list(run.alerts)
+        for alert in new_alerts:
+            if not any(existing["kind"] == alert["kind"] for existing in alerts):
+                alerts.append(alert)
+        names = sorted(set(run.metric_names).union(*(row["metrics"] for row in rows)))
+        Run.objects.filter(pk=run_id).update(
+            current_step=last["step"], tokens_seen=last["tokens_seen"], heartbeat_at=timezone.now(), alerts=alerts,
+            metric_names=names,
+        )
+
+
+def samples_write(*, run_id: int, samples: Iterable[dict[str, Any]]) -> None:
+    Sample.objects.bulk_create(
+        [
+            Sample(run_id=run_id, step=sample["step"], prompt=sample["prompt"], completion=sample["completion"],
+                   rewards=encode_json_value(dict(sample["rewards"])),
+                   advantage=encode_json_value(sample["advantage"]))
+            for sample in samples
+        ],
+        batch_size=500,
+    )

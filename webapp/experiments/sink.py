@@ -1,0 +1,88 @@
+"""The database sink a worker trains through (trainer.sink.Sink): batched metric rows, samples, a heartbeat,
+checkpoints registered as models, and should_stop read from the run.
+
+A background thread writes the heartbeat and flushes what the loop logged at least once a second, so a step
+slower than the heartbeat timeout still shows the worker alive, and a killed worker loses at most a second.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping
+
+from django.db import connection
+
+from webapp.experiments import services
+from webapp.experiments.models import Run
+
+FLUSH_INTERVAL_S = 1.0
+# Flush early when this many steps are pending, so one write never grows large.
+MAX_PENDING_ROWS = 500
+
+
+class DatabaseSink:
+    def __init__(self, run_id: int, *, flush_interval_s: float = FLUSH_INTERVAL_S) -> None:
+        self.run_id = run_id
+        self.flush_interval_s = flush_interval_s
+        self._lock = threading.Lock()
+        self._rows: list[dict] = []
+        self._samples: list[dict] = []
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name=f"run-{run_id}-heartbeat", daemon=True)
+        self._thread.start()
+
+    def start(self, *, total_steps: int, start_step: int) -> None:
+        services.run_training_started(run_id=self.run_id, total_steps=total_steps, start_step=start_step)
+
+    def log(self, step: int, metrics: Mapping[str, float], *, tokens_seen: int) -> None:
+        row = {"step": step, "wall_time": time.time(), "tokens_seen": tokens_seen, "metrics": dict(metrics)}
+        with self._lock:
+            self._rows.append(row)
+            full = len(self._rows) >= MAX_PENDING_ROWS
+        if full:
+            self.flush()
+
+    def sample(
+        self,
+        step: int,
+        prompt: str,
+        completion: str,
+        rewards: Mapping[str, float],
+        advantage: float | None = None,
+    ) -> None:
+        sample = {"step": step, "prompt": prompt, "completion": completion, "rewards": dict(rewards),
+                  "advantage": advantage}
+        with self._lock:
+            self._samples.append(sample)
+
+    def should_stop(self) -> bool:
+        # The run may also have been failed by the stale check (a step slower than the timeout): stop then too.
+        status, cancel = Run.objects.filter(pk=self.run_id).values_list("status", "cancel_requested").get()
+        return cancel or status != Run.Status.RUNNING
+
+    def checkpoint(self, step: int, path: str) -> None:
+        self.flush()
+        services.model_register_checkpoint(run_id=self.run_id, step=step, path=path)
+
+    def flush(self) -> None:
+        with self._lock:
+            rows, self._rows = self._rows, []
+            samples, self._samples = self._samples, []
+            # Written under the lock so rows of two flushes never race (thread and loop).
+            services.metric_rows_write(run_id=self.run_id, rows=rows)
+            if samples:
+                services.samples_write(run_id=self.run_id, samples=samples)
+
+    def close(self) -> None:
+        self._stopping.set()
+        self._thread.join()
+        self.flush()
+
+    def _beat(self) -> None:
+        try:
+            while not self._stopping.wait(self.flush_interval_s):
+                self.flush()
+                services.run_heartbeat(run_id=self.run_id)
+        finally:
+            connection.close()

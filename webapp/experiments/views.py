@@ -1,0 +1,216 @@
+"""Thin views: parse, authorise, call a service or selector, render (a fragment for htmx requests)."""
+
+from __future__ import annotations
+
+import json
+
+from django.contrib import messages
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+
+from webapp.accounts.roles import researcher_required
+from webapp.experiments import selectors, services
+from webapp.experiments.forms import LaunchForm
+from webapp.experiments.models import ModelRef, Run
+
+COMPARE_LIMIT = 8
+# htmx swaps this answer and stops polling: a finished run changes no more.
+HTMX_STOP_POLLING = 286
+
+
+def _optional_float(request: HttpRequest, name: str) -> float | None:
+    raw = request.GET.get(name, "")
+    if not raw:
+        return None
+    try:
+        return float(raw)
+    except ValueError:
+        raise Http404(f"{name} must be a number") from None
+
+
+def _chart_runs(runs: list[Run]) -> str:
+    return json.dumps([
+        {"id": run.pk, "label": f"#{run.pk} {run.name}", "active": run.is_active,
+         "metrics_url": reverse("experiments:run_metrics", args=[run.pk])}
+        for run in runs
+    ])
+
+
+@researcher_required
+def run_list(request: HttpRequest) -> HttpResponse:
+    services.runs_fail_stale()
+    filters = {key: request.GET.get(key, "") for key in ("status", "kind", "query")}
+    context = {
+        "summaries": selectors.run_summaries(selectors.runs_list(**filters)[:200]),
+        "filters": filters,
+        "statuses": Run.Status.choices,
+        "kinds": [(kind, kind) for kind in selectors.launchable_kinds()],
+    }
+    return render(request, "experiments/run_list.html", context)
+
+
+@researcher_required
+def run_list_rows(request: HttpRequest) -> HttpResponse:
+    """The run table alone, polled by htmx so statuses, progress and alerts stay current."""
+    services.runs_fail_stale()
+    filters = {key: request.GET.get(key, "") for key in ("status", "kind", "query")}
+    context = {"summaries": selectors.run_summaries(selectors.runs_list(**filters)[:200])}
+    return render(request, "experiments/run_list.html#rows", context)
+
+
+@researcher_required
+def run_launch(request: HttpRequest) -> HttpResponse:
+    parent = None
+    if request.GET.get("fork"):
+        parent = get_object_or_404(Run, pk=request.GET["fork"])
+    kinds = selectors.launchable_kinds()
+    kind = request.GET.get("kind") or (parent.kind if parent else kinds[0])
+    if kind not in kinds:
+        raise Http404(f"unknown run kind {kind!r}")
+    initial_config = dict(parent.config) if parent else None
+    if request.method == "POST":
+        form = LaunchForm(request.POST, request.FILES, kind=kind, initial_config=initial_config)
+        run = _launch(request, form, parent)
+        if run is not None:
+            messages.success(request, f"Run #{run.pk} queued.")
+            return redirect("experiments:run_detail", run_id=run.pk)
+    else:
+        initial = {"name": f"{parent.name} (fork)"} if parent else {}
+        if parent and parent.data_source.get("type") == "arithmetic":
+            initial.update(level=parent.data_source["level"], size=parent.data_source["size"])
+        form = LaunchForm(kind=kind, initial_config=initial_config, initial=initial)
+    context = {"form": form, "kind": kind, "kinds": kinds, "parent": parent,
+               "has_models": ModelRef.objects.exists()}
+    return render(request, "experiments/run_launch.html", context)
+
+
+def _launch(request: HttpRequest, form: LaunchForm, parent: Run | None) -> Run | None:
+    if not form.is_valid():
+        return None
+    try:
+        source = form.data_source_value()
+        if source["type"] == "upload":
+            if not form.cleaned_data.get("upload"):
+                raise ValidationError({"upload": "choose a JSONL file to upload"})
+            source = services.upload_store(file=form.cleaned_data["upload"], kind=form.kind)
+        return services.run_create(
+            kind=form.kind, config=form.config(), data_source=source, created_by=request.user,
+            name=form.cleaned_data.get("name", ""), parent=parent,
+        )
+    except ValidationError as error:
+        form.add_service_errors(error)
+        return None
+
+
+def _run_context(run: Run, step: int | None = None) -> dict:
+    steps, chosen, samples = selectors.samples_at(run=run, step=step)
+    return {
+        "run": run,
+        "checkpoints": selectors.run_checkpoints(run=run),
+        "sample_steps": steps,
+        "sample_steps_json": json.dumps(steps),
+        "sample_index": steps.index(chosen) if steps else 0,
+        "sample_step": chosen,
+        "samples": samples,
+    }
+
+
+@researcher_required
+def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
+    services.runs_fail_stale()
+    run = get_object_or_404(Run.objects.select_related("created_by", "parent"), pk=run_id)
+    context = {**_run_context(run), "chart_runs_json": _chart_runs([run]),
+               "config_items": sorted(run.config.items())}
+    return render(request, "experiments/run_detail.html", context)
+
+
+@researcher_required
+def run_status(request: HttpRequest, run_id: int) -> HttpResponse:
+    """htmx fragment polled by the run page: status, progress, alerts, error and actions."""
+    services.runs_fail_stale()
+    run = get_object_or_404(Run, pk=run_id)
+    response = render(request, "experiments/run_detail.html#status", _run_context(run))
+    if request.htmx and not run.is_active:
+        response.status_code = HTMX_STOP_POLLING
+    return response
+
+
+@researcher_required
+def run_samples(request: HttpRequest, run_id: int) -> HttpResponse:
+    run = get_object_or_404(Run, pk=run_id)
+    step = request.GET.get("step")
+    context = _run_context(run, int(step) if step and step.isdigit() else None)
+    return render(request, "experiments/run_detail.html#samples", context)
+
+
+@researcher_required
+def run_metrics(request: HttpRequest, run_id: int) -> JsonResponse:
+    run = get_object_or_404(Run, pk=run_id)
+    x_axis = request.GET.get("x", "step")
+    if x_axis not in selectors.X_AXES:
+        raise Http404(f"x must be one of {', '.join(selectors.X_AXES)}")
+    after = request.GET.get("after", "")
+    payload = selectors.metric_series(
+        run_id=run.pk,
+        x_axis=x_axis,
+        after_step=int(after) if after.isdigit() else None,
+        x_min=_optional_float(request, "x_min"),
+        x_max=_optional_float(request, "x_max"),
+    )
+    payload["status"] = run.status
+    return JsonResponse(payload)
+
+
+@researcher_required
+@require_POST
+def run_cancel(request: HttpRequest, run_id: int) -> HttpResponse:
+    run = get_object_or_404(Run, pk=run_id)
+    services.run_cancel(run_id=run.pk)
+    if request.htmx:
+        return run_status(request, run_id)
+    return redirect("experiments:run_detail", run_id=run.pk)
+
+
+@researcher_required
+@require_POST
+def run_resume(request: HttpRequest, run_id: int) -> HttpResponse:
+    run = get_object_or_404(Run, pk=run_id)
+    checkpoint = request.POST.get("checkpoint", "")
+    try:
+        with transaction.atomic():
+            services.run_resume(run_id=run.pk, checkpoint_id=int(checkpoint) if checkpoint.isdigit() else 0)
+        messages.success(request, f"Run #{run.pk} queued to resume.")
+    except ValidationError as error:
+        messages.error(request, "; ".join(error.messages))
+    return redirect("experiments:run_detail", run_id=run.pk)
+
+
+@researcher_required
+def run_compare(request: HttpRequest) -> HttpResponse:
+    ids = [int(part) for part in request.GET.getlist("runs") if part.isdigit()][:COMPARE_LIMIT]
+    runs = list(Run.objects.filter(pk__in=ids).order_by("pk"))
+    context = {
+        "runs": runs,
+        "chart_runs_json": _chart_runs(runs),
+        "diff": selectors.config_diff(runs) if len(runs) > 1 else [],
+        "choices": selectors.runs_list()[:50],
+    }
+    return render(request, "experiments/run_compare.html", context)
+
+
+@researcher_required
+def model_list(request: HttpRequest) -> HttpResponse:
+    error = ""
+    if request.method == "POST":
+        try:
+            model = services.model_register(path=request.POST.get("path", ""), name=request.POST.get("name", ""))
+            messages.success(request, f"Model {model.name} registered.")
+            return redirect("experiments:models")
+        except ValidationError as validation_error:
+            error = "; ".join(validation_error.messages)
+    context = {"models": selectors.models_list(), "error": error, "posted": request.POST}
+    return render(request, "experiments/model_list.html", context)
