@@ -1,6 +1,9 @@
 // Run charts: one plotly chart per metric, one colour per run. The server downsamples (min/max per bucket);
 // live runs are polled for rows after the last step and the new points are appended (extendTraces), never
 // redrawn. Each run has three traces per chart: raw (faint), EMA-smoothed, and ✕ markers for NaN/Inf.
+// A full load draws each chart once, one per animation frame, so the page stays responsive while 20 charts
+// of several runs are drawn. Traces stay SVG: scattergl needs a WebGL context per chart and browsers keep
+// only about 16 alive, so a 20-chart page would lose some.
 (() => {
   "use strict";
   const container = document.getElementById("charts");
@@ -19,6 +22,7 @@
     offset: runs.map(() => 0), // subtracted from x (wall time: the run's first logged time)
     active: runs.map((run) => run.active),
     generation: 0, // bumped when the x axis changes, so late answers of the old axis are ignored
+    drawn: false, // every chart of the latest full load is drawn
   };
 
   function smooth(ys, alpha, start = null) {
@@ -50,15 +54,17 @@
   }
 
   function traces(metric, seriesPerRun) {
+    // Plotly keeps the arrays it is given and extendTraces appends to them: hand it copies, or every live
+    // append would land twice (once through state.data, once through extendTraces).
     return seriesPerRun.flatMap((series, index) => {
       const color = COLORS[index % COLORS.length];
       const group = `run-${runs[index].id}`;
       return [
-        { x: series.x, y: series.y, mode: "lines", line: { color, width: 1 }, opacity: 0.25, hoverinfo: "skip",
+        { x: [...series.x], y: [...series.y], mode: "lines", line: { color, width: 1 }, opacity: 0.25, hoverinfo: "skip",
           legendgroup: group, showlegend: false, name: `${runs[index].label} raw` },
-        { x: series.x, y: smooth(series.y, state.smoothing), mode: "lines", line: { color, width: 2 },
+        { x: [...series.x], y: smooth(series.y, state.smoothing), mode: "lines", line: { color, width: 2 },
           legendgroup: group, name: runs[index].label },
-        { x: series.badX, y: markerY(series, series.badX), text: series.bad, mode: "markers",
+        { x: [...series.badX], y: markerY(series, series.badX), text: [...series.bad], mode: "markers",
           marker: { symbol: "x", size: 11, color: "#c92a2a" }, legendgroup: group, showlegend: false,
           name: `${runs[index].label} non-finite`, hovertemplate: `${metric} = %{text} at %{x}<extra></extra>` },
       ];
@@ -74,20 +80,34 @@
     };
   }
 
-  function ensureChart(metric) {
-    if (state.charts.has(metric)) return state.charts.get(metric);
+  const metricOrder = (a, b) => (a !== "loss") - (b !== "loss") || a.localeCompare(b);
+
+  function addChartDiv(metric) {
     const div = document.createElement("div");
     div.className = "chart";
     div.dataset.metric = metric;
-    const position = [...state.charts.keys(), metric].sort((a, b) => (a !== "loss") - (b !== "loss") || a.localeCompare(b));
+    const position = [...state.charts.keys(), metric].sort(metricOrder);
     const next = position[position.indexOf(metric) + 1];
     container.insertBefore(div, next ? state.charts.get(next) : null);
     state.charts.set(metric, div);
-    state.data.set(metric, runs.map(emptySeries));
-    Plotly.newPlot(div, traces(metric, state.data.get(metric)), layout(metric), { responsive: true, displaylogo: false });
-    div.on("plotly_relayout", (event) => onZoom(metric, event));
+    if (!state.data.has(metric)) state.data.set(metric, runs.map(emptySeries));
     return div;
   }
+
+  function draw(metric, div) {
+    const drawn = Plotly.newPlot(div, traces(metric, state.data.get(metric)), layout(metric), { responsive: true, displaylogo: false });
+    div.on("plotly_relayout", (event) => onZoom(metric, event));
+    return drawn;
+  }
+
+  function ensureChart(metric) {
+    if (state.charts.has(metric)) return state.charts.get(metric);
+    const div = addChartDiv(metric);
+    draw(metric, div);
+    return div;
+  }
+
+  const nextFrame = () => new Promise((resolve) => requestAnimationFrame(resolve));
 
   function url(run, params) {
     const query = new URLSearchParams({ x: state.x, ...params });
@@ -102,14 +122,15 @@
 
   async function loadAll() {
     const generation = ++state.generation;
+    state.drawn = false;
     const answers = await Promise.all(runs.map((run) => fetchJson(url(run, {}))));
     if (generation !== state.generation) return;
     for (const div of state.charts.values()) Plotly.purge(div);
     container.replaceChildren();
     state.charts.clear();
     state.data.clear();
-    const names = new Set(answers.flatMap((answer) => Object.keys(answer.series)));
-    [...names].forEach(ensureChart);
+    const names = [...new Set(answers.flatMap((answer) => Object.keys(answer.series)))].sort(metricOrder);
+    for (const metric of names) state.data.set(metric, runs.map(emptySeries));
     answers.forEach((answer, index) => {
       state.lastStep[index] = answer.last_step;
       state.active[index] = answer.status === "queued" || answer.status === "running";
@@ -120,7 +141,14 @@
         state.data.get(metric)[index] = fromServer(series, index);
       }
     });
-    for (const [metric, div] of state.charts) Plotly.react(div, traces(metric, state.data.get(metric)), layout(metric));
+    // Every chart's box first (the page keeps its height), then one chart drawn per frame, top first.
+    const divs = names.map(addChartDiv);
+    for (const [position, metric] of names.entries()) {
+      await nextFrame();
+      if (generation !== state.generation) return;
+      await draw(metric, divs[position]);
+    }
+    state.drawn = true;
   }
 
   function append(index, answer) {
@@ -152,6 +180,7 @@
   }
 
   async function poll() {
+    if (!state.drawn) return; // a full load (x axis change) is still drawing: its answers are newer anyway
     const generation = state.generation;
     await Promise.all(runs.map(async (run, index) => {
       if (!state.active[index]) return;
@@ -176,7 +205,7 @@
     div.dataset.zoomed = "1";
     const answers = await Promise.all(runs.map((run, index) => {
       const offset = state.offset[index] ?? 0;
-      return fetchJson(url(run, { x_min: low + offset, x_max: high + offset }));
+      return fetchJson(url(run, { x_min: low + offset, x_max: high + offset, metric }));
     }));
     const zoomed = answers.map((answer, index) => {
       const series = answer.series[metric];
@@ -199,11 +228,16 @@
     }
   });
 
+  // A chart's data counts once the chart is drawn (a full load fills the data first, then draws frame by frame).
+  const drawnData = (metric) => (state.charts.get(metric)?.data ? state.data.get(metric) : undefined);
   window.preflabCharts = {
     metrics: () => [...state.charts.keys()],
-    points: (metric) => state.data.get(metric)?.reduce((total, series) => total + series.x.length + series.badX.length, 0) ?? 0,
-    nonfinite: (metric) => state.data.get(metric)?.flatMap((series) => series.bad) ?? [],
+    points: (metric) => drawnData(metric)?.reduce((total, series) => total + series.x.length + series.badX.length, 0) ?? 0,
+    nonfinite: (metric) => drawnData(metric)?.flatMap((series) => series.bad) ?? [],
     traceNames: (metric) => state.charts.get(metric)?.data.map((trace) => trace.name) ?? [],
+    // Points a run has on the chart as drawn (for checks that every run's series is on screen).
+    drawnPoints: (metric, index) => state.charts.get(metric)?.data?.[index * 3]?.x.length ?? 0,
+    drawn: () => state.drawn,
   };
 
   loadAll().then(function loop() {

@@ -160,6 +160,7 @@ def run_metrics(request: HttpRequest, run_id: int) -> JsonResponse:
         after_step=int(after) if after.isdigit() else None,
         x_min=_optional_float(request, "x_min"),
         x_max=_optional_float(request, "x_max"),
+        metrics=request.GET.getlist("metric") or None,
     )
     payload["status"] = run.status
     return JsonResponse(payload)
