@@ -1,0 +1,68 @@
+"""Reward-model training throughput: trainer.reward_model against TRL's RewardTrainer.
+
+    python bench/bench_reward_model.py [--steps 21 --batch-size 16 --hidden-size 64 --layers 2 --threads 1]
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from common import (
+    StepTimes,
+    TimingSink,
+    bench_workspace,
+    our_common_fields,
+    parse_args,
+    print_table,
+    trl_common_args,
+)
+
+from trainer.config import config_from_dict
+from trainer.reward_model import train
+
+LR = 1e-4
+
+
+def run_ours(args, model_dir: Path, rows: list[dict]) -> float:
+    output_dir = Path(tempfile.mkdtemp(prefix="ours-rm-"))
+    config = config_from_dict("reward_model", our_common_fields(args, model_dir, output_dir, LR))
+    sink = TimingSink()
+    train(config, rows, sink)
+    return sink.timed_seconds()
+
+
+def run_trl(args, model_dir: Path, rows: list[dict]) -> float:
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+    from trl import RewardConfig, RewardTrainer
+
+    output_dir = Path(tempfile.mkdtemp(prefix="trl-rm-"))
+    timer = StepTimes()
+    trainer = RewardTrainer(
+        model=str(model_dir),
+        args=RewardConfig(**trl_common_args(args, output_dir, LR)),
+        train_dataset=Dataset.from_list(rows),
+        processing_class=AutoTokenizer.from_pretrained(model_dir),
+        callbacks=[timer],
+    )
+    trainer.train()
+    return timer.timed_seconds()
+
+
+def main() -> None:
+    args = parse_args(__doc__)
+    model_dir, rows = bench_workspace(args)
+    trl_seconds = run_trl(args, model_dir, rows)
+    our_seconds = run_ours(args, model_dir, rows)
+    print_table(
+        f"reward model, hidden {args.hidden_size} x {args.layers} layers, level-{args.level} arithmetic, "
+        f"batch {args.batch_size}, steps 2..{args.steps}",
+        (args.steps - 1) * args.batch_size,
+        [("TRL RewardTrainer", trl_seconds), ("ours (trainer.reward_model)", our_seconds)],
+        trl_seconds,
+    )
+
+
+if __name__ == "__main__":
+    main()

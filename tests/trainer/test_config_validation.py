@@ -1,0 +1,69 @@
+import dataclasses
+
+import pytest
+
+from trainer.config import CONFIG_CLASSES, ConfigError, DPOConfig, config_from_dict, config_to_dict
+
+REQUIRED = {"model": "models/tiny", "output_dir": "runs/1"}
+
+
+def _error(kind: str, **fields) -> ConfigError:
+    with pytest.raises(ConfigError) as caught:
+        config_from_dict(kind, {**REQUIRED, **fields})
+    return caught.value
+
+
+def test_defaults_follow_the_papers_and_the_issue():
+    dpo = config_from_dict("dpo", REQUIRED)
+    assert (dpo.beta, dpo.loss_type, dpo.label_smoothing) == (0.1, "sigmoid", 0.0)
+    assert config_from_dict("reward_model", REQUIRED).lr == 1e-4
+
+
+@pytest.mark.parametrize(
+    ("kind", "fields", "field", "words"),
+    [
+        ("sft", {"lr": 0}, "lr", "must be > 0"),
+        ("dpo", {"beta": -0.1}, "beta", "must be > 0"),
+        ("dpo", {"loss_type": "robust"}, "loss_type", "'sigmoid', 'ipo', 'hinge'"),
+        ("reward_model", {"batch_size": 10, "grad_accum_steps": 4}, "batch_size", "not divisible"),
+        ("sft", {"lr": "fast"}, "lr", "expected a number"),
+        ("sft", {"max_steps": 2.5}, "max_steps", "expected an integer or empty"),
+        ("sft", {"use_lora": "yes"}, "use_lora", "true or false"),
+        ("sft", {"max_prompt_length": 600, "max_length": 512}, "max_prompt_length", "smaller than max_length"),
+        ("dpo", {"label_smoothing": 0.2, "loss_type": "ipo"}, "label_smoothing", "sigmoid loss only"),
+    ],
+)
+def test_bad_values_name_the_field(kind, fields, field, words):
+    error = _error(kind, **fields)
+    assert error.field == field
+    assert words in str(error)
+    assert isinstance(error, ValueError)
+
+
+def test_unknown_key_suggests_the_closest_field():
+    error = _error("dpo", lrr=1e-5)
+    assert error.field == "lrr"
+    assert str(error) == "lrr: unknown field 'lrr' for dpo; did you mean 'lr'?"
+
+
+def test_missing_required_field_and_unknown_kind():
+    with pytest.raises(ConfigError, match="model: is required"):
+        config_from_dict("sft", {"output_dir": "x"})
+    with pytest.raises(ConfigError) as caught:
+        config_from_dict("dpoo", REQUIRED)
+    assert caught.value.field == "kind"
+
+
+def test_round_trip_through_a_dict():
+    config = config_from_dict("dpo", {**REQUIRED, "beta": 0.3, "lora_target_modules": ["q_proj"], "use_lora": True})
+    assert config_from_dict("dpo", config_to_dict(config)) == config
+    assert isinstance(config, DPOConfig)
+
+
+def test_every_field_has_help_and_a_known_group():
+    for cls in CONFIG_CLASSES.values():
+        for field in dataclasses.fields(cls):
+            assert field.metadata.get("help"), (cls.__name__, field.name)
+            assert field.metadata.get("group") in {"model", "optimisation", "data", "logging", "advanced"}
+    nan_field = next(f for f in dataclasses.fields(DPOConfig) if f.name == "debug_nan_at_step")
+    assert nan_field.metadata["test_only"] is True

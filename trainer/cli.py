@@ -1,0 +1,192 @@
+"""`python -m trainer run CONFIG.json|yaml` and `python -m trainer tiny-model DIR`.
+
+A run file holds `kind`, the kind's config fields (trainer.config) and where the data comes from: either
+`train_file` (+ optional `eval_file`), JSONL rows, or `task: arithmetic` with `task_level`,
+`task_train_size`, `task_eval_size`. Metrics, samples and checkpoints go to the config's output_dir;
+creating the file output_dir/STOP (or Ctrl-C) stops the run after the current step with a checkpoint.
+User errors print one line and exit with status 2; a diverged run exits with status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import signal
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trainer.config import BaseConfig, ConfigError, config_from_dict
+
+# kind -> module with train(config, data, sink, *, eval_data=None)
+TRAIN_MODULES = {
+    "reward_model": "trainer.reward_model",
+    "sft": "trainer.sft",
+    "dpo": "trainer.dpo",
+    "grpo": "trainer.grpo",
+    "ppo": "trainer.ppo",
+}
+DATA_KEYS = ("train_file", "eval_file", "task", "task_level", "task_train_size", "task_eval_size")
+TASKS = ("arithmetic",)
+
+
+class UserError(Exception):
+    """Something the person running the command can fix; printed without a traceback."""
+
+
+@dataclass(frozen=True)
+class RunFile:
+    kind: str
+    config: BaseConfig
+    data: dict[str, Any]
+
+
+def read_run_file(path: str | Path) -> RunFile:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise UserError(f"cannot read config file {path}: {error.strerror}") from error
+    try:
+        if path.suffix in (".yaml", ".yml"):
+            import yaml
+
+            raw = yaml.safe_load(text)
+        else:
+            raw = json.loads(text)
+    except Exception as error:
+        raise UserError(f"{path} is not valid {path.suffix.lstrip('.').upper() or 'JSON'}: {error}") from error
+    if not isinstance(raw, dict):
+        raise UserError(f"{path}: expected a mapping of fields at the top level")
+    if "kind" not in raw:
+        raise UserError(f"{path}: missing 'kind' (one of {', '.join(TRAIN_MODULES)})")
+    fields = dict(raw)
+    kind = fields.pop("kind")
+    data = {key: fields.pop(key) for key in DATA_KEYS if key in fields}
+    try:
+        config = config_from_dict(kind, fields)
+    except ConfigError as error:
+        raise UserError(f"{path}: {error}") from error
+    if kind not in TRAIN_MODULES:
+        raise UserError(f"{path}: run kind {kind!r} cannot run from the command line")
+    return RunFile(kind, config, data)
+
+
+def load_data(kind: str, spec: Mapping[str, Any]) -> tuple[list[dict], list[dict] | None]:
+    from trainer.data import read_jsonl_rows
+
+    if "train_file" in spec:
+        eval_rows = read_jsonl_rows(spec["eval_file"]) if spec.get("eval_file") else None
+        return read_jsonl_rows(spec["train_file"]), eval_rows
+    task = spec.get("task")
+    if task is None:
+        raise UserError("the run file needs data: 'train_file' (JSONL) or 'task: arithmetic'")
+    if task not in TASKS:
+        raise UserError(f"unknown task {task!r}; choose one of {', '.join(TASKS)}")
+    from trainer.tasks import arithmetic
+
+    level = spec.get("task_level", 1)
+    train_size, eval_size = spec.get("task_train_size"), spec.get("task_eval_size")
+    if level != 1 and (train_size is None or eval_size is None):
+        raise UserError(f"task_level {level} needs task_train_size and task_eval_size")
+    # online kinds read prompt and answer from the SFT rows (their completion is not used)
+    make = arithmetic.sft_rows if kind in ("sft", "grpo", "ppo") else arithmetic.preference_rows
+    try:
+        return make(level, "train", train_size), make(level, "test", eval_size)
+    except ValueError as error:
+        raise UserError(str(error)) from error
+
+
+class ProgressSink:
+    """Wraps a sink with a tqdm bar on stderr and a stop flag that Ctrl-C / SIGTERM sets."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.stop_requested = False
+        self.bar = None
+
+    def request_stop(self, *_: object) -> None:
+        self.stop_requested = True
+
+    def start(self, *, total_steps: int, start_step: int) -> None:
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=total_steps, initial=start_step, file=sys.stderr, unit="step")
+        self.inner.start(total_steps=total_steps, start_step=start_step)
+
+    def log(self, step: int, metrics: Mapping[str, float], *, tokens_seen: int) -> None:
+        self.bar.n = step
+        self.bar.set_postfix({"loss": f"{metrics.get('loss', float('nan')):.4f}"}, refresh=True)
+        self.inner.log(step, metrics, tokens_seen=tokens_seen)
+
+    def sample(self, step: int, prompt: str, completion: str, rewards: Mapping[str, float], advantage: float | None = None) -> None:
+        self.inner.sample(step, prompt, completion, rewards, advantage)
+
+    def should_stop(self) -> bool:
+        return self.stop_requested or self.inner.should_stop()
+
+    def checkpoint(self, step: int, path: str) -> None:
+        self.inner.checkpoint(step, path)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def run(path: str) -> int:
+    from transformers.utils import logging as transformers_logging
+
+    from trainer.data import DataError
+    from trainer.loop import TrainingDiverged
+    from trainer.models import ModelLoadError
+    from trainer.sink import FileSink
+
+    # one progress bar (ours) on stderr, not transformers' per-load and per-save bars as well
+    transformers_logging.disable_progress_bar()
+    run_file = read_run_file(path)
+    data, eval_data = load_data(run_file.kind, run_file.data)
+    output_dir = Path(run_file.config.output_dir)
+    sink = ProgressSink(FileSink(output_dir, stop_file=output_dir / "STOP"))
+    train = importlib.import_module(TRAIN_MODULES[run_file.kind]).train
+    previous = {number: signal.signal(number, sink.request_stop) for number in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        result = train(run_file.config, data, sink, eval_data=eval_data)
+    except (DataError, ModelLoadError, ConfigError) as error:
+        raise UserError(str(error)) from error
+    except TrainingDiverged as error:
+        print(f"error: training diverged: {error}", file=sys.stderr)
+        return 1
+    finally:
+        sink.close()
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+    state = "stopped" if result.stopped else "finished"
+    print(f"{state} at step {result.step}; checkpoint {result.checkpoint}", file=sys.stderr)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m trainer", description="Preflab trainer without the web app.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    run_parser = commands.add_parser("run", help="train from a JSON or YAML run file")
+    run_parser.add_argument("config", help="run file: kind, config fields, and train_file/eval_file or task")
+    tiny = commands.add_parser("tiny-model", help="build the tiny arithmetic Llama + tokenizer into DIR")
+    tiny.add_argument("directory")
+    tiny.add_argument("--hidden-size", type=int, default=64)
+    tiny.add_argument("--layers", type=int, default=2)
+    tiny.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "run":
+            return run(args.config)
+        from trainer.tasks.arithmetic import build_tiny_model
+
+        directory = build_tiny_model(args.directory, hidden_size=args.hidden_size, layers=args.layers, seed=args.seed)
+        print(f"tiny model written to {directory}", file=sys.stderr)
+        return 0
+    except UserError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2

@@ -1,0 +1,401 @@
+"""One dataclass per run kind, with help texts for the web's launch forms and validation with clear messages.
+
+This module must not import torch or transformers: the web process builds its forms from these classes.
+
+Field metadata: "help" (shown in the form), "group" (model | optimisation | data | logging | advanced),
+"test_only" (hidden by the web; e.g. forcing a NaN loss to test the divergence path).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+LrScheduler = Literal["linear", "cosine", "constant"]
+DpoLossType = Literal["sigmoid", "ipo", "hinge"]
+
+
+class ConfigError(ValueError):
+    """A config value is wrong; `field` names it so a form can show the message next to it."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+def _option(default: Any, help: str, group: str, **extra: Any) -> Any:
+    metadata = {"help": help, "group": group, **extra}
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+def _required(help: str, group: str) -> Any:
+    return field(metadata={"help": help, "group": group})
+
+
+@dataclass(kw_only=True)
+class BaseConfig:
+    """Fields every offline and online training run shares."""
+
+    model: str = _required("Policy / base model: a local directory or a Hugging Face hub id.", "model")
+    output_dir: str = _required("Directory for metrics.jsonl, samples.jsonl and checkpoints/.", "logging")
+    seed: int = _option(0, "Seed for data order, initialisation and sampling; same seed, same numbers.", "advanced")
+
+    lr: float = _option(1e-5, "Peak learning rate (AdamW).", "optimisation")
+    weight_decay: float = _option(0.0, "AdamW weight decay.", "optimisation")
+    lr_scheduler: LrScheduler = _option("linear", "Decay after warm-up: linear to 0, cosine to 0, or constant.", "optimisation")
+    warmup_steps: int = _option(0, "Linear warm-up steps; when 0, warmup_ratio is used.", "optimisation")
+    warmup_ratio: float = _option(0.0, "Warm-up as a fraction of all steps (used when warmup_steps is 0).", "optimisation")
+    max_steps: int | None = _option(None, "Optimizer steps to run; when empty, `epochs` passes over the data.", "optimisation")
+    epochs: float = _option(1.0, "Passes over the training data (used when max_steps is empty).", "optimisation")
+    batch_size: int = _option(8, "Examples per optimizer step (split into grad_accum_steps micro-batches).", "optimisation")
+    grad_accum_steps: int = _option(1, "Micro-batches per optimizer step; must divide batch_size.", "optimisation")
+    max_grad_norm: float = _option(1.0, "Clip the global gradient norm to this; 0 turns clipping off.", "optimisation")
+
+    max_length: int = _option(512, "Longest prompt + completion in tokens; longer completions are cut.", "data")
+    max_prompt_length: int = _option(256, "Longest prompt in tokens; a longer prompt is a data error.", "data")
+
+    log_every: int = _option(1, "Log metrics every N steps.", "logging")
+    sample_every: int = _option(0, "Record model samples every N steps (0: never).", "logging")
+    eval_every: int = _option(0, "Evaluate on the held-out data every N steps (0: only at the end).", "logging")
+    checkpoint_every: int = _option(0, "Write a resumable checkpoint every N steps (0: only at the end).", "logging")
+    resume_from: str | None = _option(None, "Checkpoint directory (…/checkpoints/step-N) to continue from.", "advanced")
+
+    use_lora: bool = _option(False, "Train LoRA adapters instead of all weights (peft).", "model")
+    lora_r: int = _option(16, "LoRA rank.", "model")
+    lora_alpha: int = _option(32, "LoRA alpha (scaling = alpha / r).", "model")
+    lora_dropout: float = _option(0.05, "Dropout on the LoRA path.", "model")
+    lora_target_modules: list[str] = _option(
+        ["all-linear"], "Module names to adapt; 'all-linear' adapts every linear layer but the head.", "model"
+    )
+    gradient_checkpointing: bool = _option(False, "Recompute activations in backward to save memory.", "model")
+
+    debug_nan_at_step: int | None = _option(
+        None, "Force the loss to NaN at this step (tests the divergence path).", "advanced", test_only=True
+    )
+
+    def validate(self) -> None:
+        """Raise ConfigError naming the first wrong field."""
+        _check_types(self)
+        for name in ("model", "output_dir"):
+            if not getattr(self, name).strip():
+                raise ConfigError(name, "is required")
+        _positive(self, "lr", "batch_size", "grad_accum_steps", "max_length", "max_prompt_length", "log_every")
+        _non_negative(self, "weight_decay", "warmup_steps", "max_grad_norm", "sample_every", "eval_every")
+        _non_negative(self, "checkpoint_every")
+        if self.max_steps is not None and self.max_steps <= 0:
+            raise ConfigError("max_steps", f"must be > 0 (or empty to use epochs), got {self.max_steps}")
+        if self.max_steps is None and self.epochs <= 0:
+            raise ConfigError("epochs", f"must be > 0, got {self.epochs}")
+        if not 0.0 <= self.warmup_ratio < 1.0:
+            raise ConfigError("warmup_ratio", f"must be in [0, 1), got {self.warmup_ratio}")
+        if self.batch_size % self.grad_accum_steps:
+            raise ConfigError(
+                "batch_size",
+                f"{self.batch_size} is not divisible by grad_accum_steps={self.grad_accum_steps}",
+            )
+        if self.max_prompt_length >= self.max_length:
+            raise ConfigError(
+                "max_prompt_length",
+                f"must be smaller than max_length={self.max_length} (leave room for the completion)",
+            )
+        if self.use_lora:
+            _positive(self, "lora_r", "lora_alpha")
+            if not self.lora_target_modules:
+                raise ConfigError("lora_target_modules", "needs at least one module name")
+        if self.debug_nan_at_step is not None and self.debug_nan_at_step < 1:
+            raise ConfigError("debug_nan_at_step", "must be >= 1 (steps count from 1)")
+
+
+@dataclass(kw_only=True)
+class RewardModelConfig(BaseConfig):
+    """Bradley-Terry reward model on preference pairs (InstructGPT): one scalar per sequence."""
+
+    lr: float = _option(1e-4, "Peak learning rate (AdamW).", "optimisation")
+    center_coef: float = _option(
+        0.0, "Weight of mean((r_chosen + r_rejected)^2), which keeps rewards centred on 0 (0.01 in TRL).", "optimisation"
+    )
+
+    def validate(self) -> None:
+        super().validate()
+        _non_negative(self, "center_coef")
+
+
+@dataclass(kw_only=True)
+class SFTConfig(BaseConfig):
+    """Supervised fine-tuning on prompt / completion rows; the loss covers completion tokens only."""
+
+    lr: float = _option(2e-5, "Peak learning rate (AdamW).", "optimisation")
+    eval_max_new_tokens: int = _option(64, "Tokens generated per held-out prompt for eval/accuracy.", "logging")
+
+    def validate(self) -> None:
+        super().validate()
+        _positive(self, "eval_max_new_tokens")
+
+
+@dataclass(kw_only=True)
+class DPOConfig(BaseConfig):
+    """Direct Preference Optimisation (Rafailov et al. 2023) against a frozen reference model."""
+
+    lr: float = _option(1e-6, "Peak learning rate (AdamW); DPO wants a small one.", "optimisation")
+    beta: float = _option(0.1, "Strength of the implicit KL to the reference (0.1 in the paper).", "optimisation")
+    loss_type: DpoLossType = _option("sigmoid", "sigmoid (DPO), ipo (IPO, length-averaged log-probs) or hinge (SLiC).", "optimisation")
+    label_smoothing: float = _option(0.0, "Assumed label noise for conservative DPO (sigmoid loss only).", "optimisation")
+    rpo_alpha: float = _option(
+        0.0,
+        "Weight of a per-token NLL loss on the chosen completions (RPO, Pang et al. 2024); keeps their likelihood up.",
+        "optimisation",
+    )
+    reference_model: str | None = _option(None, "Reference model; empty means the starting policy.", "model")
+    precompute_ref_logps: bool = _option(
+        True, "Compute reference log-probs once before training and free the reference model.", "advanced"
+    )
+    eval_max_new_tokens: int = _option(64, "Tokens generated per held-out prompt for eval/accuracy.", "logging")
+
+    def validate(self) -> None:
+        super().validate()
+        _positive(self, "beta", "eval_max_new_tokens")
+        _non_negative(self, "rpo_alpha")
+        if not 0.0 <= self.label_smoothing < 0.5:
+            raise ConfigError("label_smoothing", f"must be in [0, 0.5), got {self.label_smoothing}")
+        if self.label_smoothing and self.loss_type != "sigmoid":
+            raise ConfigError("label_smoothing", f"applies to the sigmoid loss only, not {self.loss_type!r}")
+
+
+CONFIG_CLASSES: dict[str, type[BaseConfig]] = {
+    "reward_model": RewardModelConfig,
+    "sft": SFTConfig,
+    "dpo": DPOConfig,
+}
+
+
+def config_from_dict(kind: str, data: dict[str, Any]) -> BaseConfig:
+    """Build and validate the config of run kind `kind`; unknown keys and wrong types are ConfigErrors."""
+    if kind not in CONFIG_CLASSES:
+        raise ConfigError("kind", f"unknown run kind {kind!r}; choose one of {', '.join(CONFIG_CLASSES)}")
+    cls = CONFIG_CLASSES[kind]
+    names = [f.name for f in dataclasses.fields(cls)]
+    for key in data:
+        if key not in names:
+            close = difflib.get_close_matches(key, names, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(key, f"unknown field {key!r} for {kind}{hint}")
+    for f in dataclasses.fields(cls):
+        if f.name not in data and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise ConfigError(f.name, "is required")
+    config = cls(**data)
+    config.validate()
+    return config
+
+
+def config_to_dict(config: BaseConfig) -> dict[str, Any]:
+    """Plain JSON-ready dict of every field (the inverse of config_from_dict)."""
+    return dataclasses.asdict(config)
+
+
+def config_kind(config: BaseConfig) -> str:
+    for kind, cls in CONFIG_CLASSES.items():
+        if type(config) is cls:
+            return kind
+    raise ConfigError("kind", f"{type(config).__name__} is not a registered run config")
+
+
+def _positive(config: BaseConfig, *names: str) -> None:
+    for name in names:
+        value = getattr(config, name)
+        if value <= 0:
+            raise ConfigError(name, f"must be > 0, got {value}")
+
+
+def _non_negative(config: BaseConfig, *names: str) -> None:
+    for name in names:
+        value = getattr(config, name)
+        if value < 0:
+            raise ConfigError(name, f"must be >= 0, got {value}")
+
+
+def _check_types(config: BaseConfig) -> None:
+    hints = typing.get_type_hints(type(config))
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        expected = hints[f.name]
+        if not _matches(value, expected):
+            raise ConfigError(f.name, f"expected {_describe(expected)}, got {value!r} ({type(value).__name__})")
+
+
+def _matches(value: Any, expected: Any) -> bool:
+    origin = typing.get_origin(expected)
+    if origin is Literal:
+        return isinstance(value, str) and value in typing.get_args(expected)
+    if origin in (typing.Union, types.UnionType):
+        return any(_matches(value, option) for option in typing.get_args(expected))
+    if origin is list:
+        (item_type,) = typing.get_args(expected)
+        return isinstance(value, list) and all(_matches(item, item_type) for item in value)
+    if origin is dict:
+        key_type, value_type = typing.get_args(expected)
+        return isinstance(value, dict) and all(
+            _matches(key, key_type) and _matches(item, value_type) for key, item in value.items()
+        )
+    if expected is type(None):
+        return value is None
+    if expected is float:
+        # JSON writes 1.0 as 1, so ints are fine where floats are expected (bools are not numbers here)
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if expected is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, expected)
+
+
+def _describe(expected: Any) -> str:
+    origin = typing.get_origin(expected)
+    if origin is Literal:
+        return "one of " + ", ".join(repr(option) for option in typing.get_args(expected))
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_describe(option) for option in typing.get_args(expected))
+    if origin is list:
+        return f"a list of {_describe(typing.get_args(expected)[0])}"
+    if origin is dict:
+        key_type, value_type = typing.get_args(expected)
+        return f"a mapping of {_describe(key_type)} to {_describe(value_type)}"
+    if expected is type(None):
+        return "empty (null)"
+    return {int: "an integer", float: "a number", bool: "true or false", str: "a string"}.get(expected, str(expected))
+
+
+# --- Online kinds (GRPO with its DAPO / Dr. GRPO options, PPO): sampling from the policy and rewards ---
+
+LossAggregation = Literal["sequence-mean", "token-mean", "constant"]
+AdvantageScale = Literal["group", "batch", "none"]
+
+
+@dataclass(kw_only=True)
+class OnlineConfig(BaseConfig):
+    """Fields shared by the kinds that sample completions and score them with rewards."""
+
+    lr: float = _option(1e-6, "Peak learning rate (AdamW); 1e-6 in DeepSeekMath and DAPO.", "optimisation")
+    batch_size: int = _option(8, "Prompts per step (each is sampled, then scored).", "optimisation")
+    max_new_tokens: int = _option(256, "Longest completion in tokens; longer ones are cut (truncated).", "data")
+    temperature: float = _option(1.0, "Sampling temperature; log-probs are taken at the same temperature.", "data")
+    top_p: float = _option(1.0, "Nucleus sampling: keep the most likely tokens up to this mass (1: off).", "data")
+    top_k: int = _option(0, "Sample among the k most likely tokens only (0: off).", "data")
+    reference_model: str | None = _option(None, "Frozen reference for the KL term; empty means the starting policy.", "model")
+    rewards: dict[str, float] = field(
+        default_factory=lambda: {"answer_match": 1.0},
+        metadata={"help": "Rule-based reward functions and their weights (trainer.rewards.REWARD_FUNCTIONS).",
+                  "group": "optimisation"},
+    )
+    reward_model: str | None = _option(None, "A trained reward model whose score is added to the rewards.", "model")
+    reward_model_weight: float = _option(1.0, "Weight of the reward model's score in the total reward.", "optimisation")
+    overlong_buffer: int = _option(
+        64, "L_cache of the soft_overlong reward: the penalty ramps from max_new_tokens - this to max_new_tokens.", "data"
+    )
+    samples_per_log: int = _option(4, "Completions recorded (with rewards and advantage) every sample_every steps.", "logging")
+
+    def validate(self) -> None:
+        from trainer.rewards import check_reward_weights
+
+        super().validate()
+        _positive(self, "max_new_tokens", "samples_per_log")
+        _non_negative(self, "temperature", "top_k")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ConfigError("top_p", f"must be in (0, 1], got {self.top_p}")
+        if self.max_prompt_length + self.max_new_tokens > self.max_length:
+            raise ConfigError(
+                "max_new_tokens",
+                f"max_prompt_length ({self.max_prompt_length}) + max_new_tokens ({self.max_new_tokens}) "
+                f"exceeds max_length ({self.max_length})",
+            )
+        try:
+            check_reward_weights(self.rewards, field="rewards")
+        except ValueError as error:
+            raise ConfigError("rewards", str(error).removeprefix("rewards: ")) from error
+        if not self.rewards and self.reward_model is None:
+            raise ConfigError("rewards", "give at least one reward function or a reward_model")
+        if "soft_overlong" in self.rewards and not 0 < self.overlong_buffer <= self.max_new_tokens:
+            raise ConfigError("overlong_buffer", f"must be in [1, max_new_tokens={self.max_new_tokens}], got {self.overlong_buffer}")
+
+
+@dataclass(kw_only=True)
+class GRPOConfig(OnlineConfig):
+    """GRPO (DeepSeekMath) with the DAPO and Dr. GRPO options; `GRPOConfig.dapo(...)` turns DAPO's on."""
+
+    group_size: int = _option(8, "G: completions sampled per prompt (8 in the seeds).", "optimisation")
+    num_iterations: int = _option(1, "mu: optimizer updates per batch of samples, with the old log-probs kept.", "optimisation")
+    beta: float = _option(0.04, "Weight of the k3 KL to the reference (0.04 in DeepSeekMath; 0 skips the reference).", "optimisation")
+    epsilon_low: float = _option(0.2, "Lower clip range: ratio >= 1 - epsilon_low.", "optimisation")
+    epsilon_high: float = _option(0.2, "Upper clip range: ratio <= 1 + epsilon_high (DAPO clip-higher: 0.28).", "optimisation")
+    loss_aggregation: LossAggregation = _option(
+        "sequence-mean", "sequence-mean (GRPO), token-mean (DAPO) or constant (Dr. GRPO: / (B * max_new_tokens)).", "optimisation"
+    )
+    advantage_scale: AdvantageScale = _option(
+        "group", "Divide centred rewards by the group std (GRPO), the batch std, or nothing (Dr. GRPO).", "optimisation"
+    )
+    dynamic_sampling: bool = _option(False, "DAPO: resample until every group's rewards differ (capped rounds).", "optimisation")
+    max_generation_rounds: int = _option(3, "Dynamic sampling: most generation rounds per step.", "optimisation")
+    overlong_filtering: bool = _option(False, "DAPO: truncated completions are left out of the loss.", "optimisation")
+
+    def validate(self) -> None:
+        super().validate()
+        _positive(self, "num_iterations", "max_generation_rounds")
+        _non_negative(self, "beta", "epsilon_low", "epsilon_high")
+        if self.group_size < 2:
+            raise ConfigError("group_size", f"must be >= 2 (advantages compare completions of a group), got {self.group_size}")
+
+    @classmethod
+    def dapo(cls, **fields: Any) -> GRPOConfig:
+        """The DAPO preset (clip-higher, token-mean, dynamic sampling, overlong filtering and soft punishment,
+        no KL); `fields` are set on top of it."""
+        rewards = {**fields.pop("rewards", {"answer_match": 1.0}), "soft_overlong": 1.0}
+        return cls(**{**DAPO_OPTIONS, "rewards": rewards, **fields})
+
+
+DAPO_OPTIONS: dict[str, Any] = {
+    "beta": 0.0,
+    "epsilon_high": 0.28,
+    "loss_aggregation": "token-mean",
+    "dynamic_sampling": True,
+    "overlong_filtering": True,
+}
+
+
+@dataclass(kw_only=True)
+class PPOConfig(OnlineConfig):
+    """PPO with a critic (InstructGPT style): per-token KL penalty in the reward, GAE, clipped losses."""
+
+    ppo_epochs: int = _option(4, "Passes over each rollout.", "optimisation")
+    num_mini_batches: int = _option(1, "Minibatches per pass; must divide batch_size.", "optimisation")
+    kl_coef: float = _option(0.05, "Per-token KL penalty to the reference, added to the reward.", "optimisation")
+    gamma: float = _option(1.0, "Discount factor of GAE.", "optimisation")
+    lam: float = _option(0.95, "GAE lambda.", "optimisation")
+    epsilon: float = _option(0.2, "Clip range of the policy ratio.", "optimisation")
+    value_clip: float = _option(0.2, "Clip range of the value update.", "optimisation")
+    vf_coef: float = _option(0.1, "Weight of the value loss.", "optimisation")
+    entropy_coef: float = _option(0.0, "Weight of the entropy bonus.", "optimisation")
+    whiten_advantages: bool = _option(True, "Normalise advantages to mean 0, std 1 per rollout.", "optimisation")
+    critic_model: str | None = _option(
+        None, "Critic's starting weights; empty means the reward model if there is one, else the policy.", "model"
+    )
+    critic_lr: float | None = _option(None, "Critic learning rate; empty means lr.", "optimisation")
+
+    def validate(self) -> None:
+        super().validate()
+        _positive(self, "ppo_epochs", "num_mini_batches")
+        _non_negative(self, "kl_coef", "epsilon", "value_clip", "vf_coef", "entropy_coef")
+        for name in ("gamma", "lam"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ConfigError(name, f"must be in [0, 1], got {getattr(self, name)}")
+        if self.batch_size % self.num_mini_batches:
+            raise ConfigError("num_mini_batches", f"must divide batch_size={self.batch_size}")
+        if self.critic_lr is not None and self.critic_lr <= 0:
+            raise ConfigError("critic_lr", f"must be > 0, got {self.critic_lr}")
+
+
+CONFIG_CLASSES["grpo"] = GRPOConfig
+CONFIG_CLASSES["ppo"] = PPOConfig

@@ -1,0 +1,186 @@
+"""Checking, tokenising and collating training rows.
+
+Rows are dicts. SFT: {prompt, completion[, answer]}; reward model / DPO: {prompt, chosen, rejected[, weight,
+margin, answer]}. `answer` (a reference answer) is only read by evaluation. Bad rows raise DataError naming
+the row index and the field. Batches are padded on the right to the longest sequence in the batch.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import Tensor
+from transformers import PreTrainedTokenizerBase
+
+SFT_FIELDS = ("prompt", "completion")
+PAIR_FIELDS = ("prompt", "chosen", "rejected")
+
+
+class DataError(ValueError):
+    """Training or evaluation data is unusable; the message says which row and field."""
+
+
+def read_jsonl_rows(path: str | Path) -> list[dict]:
+    """Rows of a JSONL file; a line that is not a JSON object is a DataError naming file and line."""
+    rows = []
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except OSError as error:
+        raise DataError(f"cannot read data file {path}: {error.strerror}") from error
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise DataError(f"{path}, line {number}: not valid JSON ({error.msg})") from error
+        if not isinstance(row, dict):
+            raise DataError(f"{path}, line {number}: expected a JSON object, got {type(row).__name__}")
+        rows.append(row)
+    return rows
+
+
+def check_rows(rows: Sequence[dict], required: Sequence[str], *, name: str = "training data") -> None:
+    if not rows:
+        raise DataError(f"{name} is empty")
+    for index, row in enumerate(rows):
+        if not isinstance(row, dict):
+            raise DataError(f"{name} row {index}: expected a dict, got {type(row).__name__}")
+        for field in required:
+            if field not in row:
+                raise DataError(f"{name} row {index}: missing field {field!r}")
+            if not isinstance(row[field], str):
+                raise DataError(f"{name} row {index}: field {field!r} must be text, got {type(row[field]).__name__}")
+        for field in ("weight", "margin"):
+            value = row.get(field)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+                raise DataError(f"{name} row {index}: field {field!r} must be a number, got {value!r}")
+        if row.get("weight") is not None and row["weight"] < 0:
+            raise DataError(f"{name} row {index}: field 'weight' must be >= 0, got {row['weight']}")
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_length: int
+    max_prompt_length: int
+
+
+def encode_prompt(tokenizer: PreTrainedTokenizerBase, prompt: str, limits: Limits, *, index: int, name: str) -> list[int]:
+    ids = tokenizer(prompt, add_special_tokens=True)["input_ids"]
+    if len(ids) > limits.max_prompt_length:
+        raise DataError(
+            f"{name} row {index}: prompt is {len(ids)} tokens, longer than max_prompt_length={limits.max_prompt_length}"
+        )
+    return ids
+
+
+def encode_completion(
+    tokenizer: PreTrainedTokenizerBase, completion: str, room: int, *, add_eos: bool = True
+) -> list[int]:
+    """Completion tokens (+ eos), cut to `room` tokens."""
+    ids = tokenizer(completion, add_special_tokens=False)["input_ids"]
+    if add_eos and tokenizer.eos_token_id is not None:
+        ids = [*ids, tokenizer.eos_token_id]
+    return ids[:room]
+
+
+@dataclass(frozen=True)
+class SequenceExample:
+    """prompt + completion tokens; completion tokens start at `prompt_length`."""
+
+    input_ids: list[int]
+    prompt_length: int
+
+
+@dataclass(frozen=True)
+class PairExample:
+    chosen: SequenceExample
+    rejected: SequenceExample
+    weight: float
+    margin: float
+
+
+def tokenize_sft(
+    rows: Sequence[dict], tokenizer: PreTrainedTokenizerBase, limits: Limits, *, name: str = "training data"
+) -> list[SequenceExample]:
+    check_rows(rows, SFT_FIELDS, name=name)
+    examples = []
+    for index, row in enumerate(rows):
+        prompt = encode_prompt(tokenizer, row["prompt"], limits, index=index, name=name)
+        completion = encode_completion(tokenizer, row["completion"], limits.max_length - len(prompt))
+        examples.append(SequenceExample(prompt + completion, len(prompt)))
+    return examples
+
+
+def tokenize_pairs(
+    rows: Sequence[dict],
+    tokenizer: PreTrainedTokenizerBase,
+    limits: Limits,
+    *,
+    add_eos: bool,
+    name: str = "training data",
+) -> list[PairExample]:
+    check_rows(rows, PAIR_FIELDS, name=name)
+    examples = []
+    for index, row in enumerate(rows):
+        prompt = encode_prompt(tokenizer, row["prompt"], limits, index=index, name=name)
+        room = limits.max_length - len(prompt)
+        chosen = encode_completion(tokenizer, row["chosen"], room, add_eos=add_eos)
+        rejected = encode_completion(tokenizer, row["rejected"], room, add_eos=add_eos)
+        examples.append(
+            PairExample(
+                chosen=SequenceExample(prompt + chosen, len(prompt)),
+                rejected=SequenceExample(prompt + rejected, len(prompt)),
+                weight=float(row.get("weight", 1.0) if row.get("weight") is not None else 1.0),
+                margin=float(row.get("margin") or 0.0),
+            )
+        )
+    return examples
+
+
+@dataclass
+class SequenceBatch:
+    """input_ids, attention_mask, completion_mask: [N, T], right-padded to the longest row.
+
+    completion_mask is 1 on completion tokens (by position in input_ids); `prompt_start` is the smallest
+    prompt length, so logits before it are never needed.
+    """
+
+    input_ids: Tensor
+    attention_mask: Tensor
+    completion_mask: Tensor
+    min_prompt_length: int
+
+    @property
+    def tokens(self) -> int:
+        return int(self.attention_mask.sum())
+
+    def to(self, device: torch.device) -> SequenceBatch:
+        return SequenceBatch(
+            self.input_ids.to(device),
+            self.attention_mask.to(device),
+            self.completion_mask.to(device),
+            self.min_prompt_length,
+        )
+
+
+def collate(examples: Sequence[SequenceExample], *, pad_token_id: int) -> SequenceBatch:
+    width = max(len(example.input_ids) for example in examples)
+    input_ids = torch.full((len(examples), width), pad_token_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(examples), width), dtype=torch.long)
+    completion_mask = torch.zeros((len(examples), width), dtype=torch.long)
+    for row, example in enumerate(examples):
+        length = len(example.input_ids)
+        input_ids[row, :length] = torch.tensor(example.input_ids, dtype=torch.long)
+        attention_mask[row, :length] = 1
+        completion_mask[row, example.prompt_length : length] = 1
+    return SequenceBatch(input_ids, attention_mask, completion_mask, min(e.prompt_length for e in examples))
+
+
+def collate_pairs(pairs: Sequence[PairExample], *, pad_token_id: int) -> SequenceBatch:
+    """Chosen rows 0..B-1, then rejected rows B..2B-1, in one batch so one forward scores both."""
+    return collate([pair.chosen for pair in pairs] + [pair.rejected for pair in pairs], pad_token_id=pad_token_id)

@@ -1,0 +1,140 @@
+"""Direct Preference Optimisation (sigmoid / IPO / hinge, label smoothing) via losses.dpo_loss.
+
+Reference log-probs are computed once before training by default, so the reference model is freed before
+the first step; `precompute_ref_logps=False` keeps a live frozen reference instead. Chosen and rejected
+go through the policy in one forward. IPO uses length-averaged log-probs, the others summed ones.
+
+Held-out rows need a `prompt`; when every one has an `answer`, eval/accuracy is the policy's greedy
+exact-match accuracy on them.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator, Sequence
+
+import torch
+from torch import Tensor
+from transformers import PreTrainedModel
+
+from trainer.config import DPOConfig
+from trainer.data import PairExample, check_rows, collate_pairs, tokenize_pairs
+from trainer.evaluation import generation_accuracy, has_answers, sample_writer
+from trainer.logprobs import reference_sequence_logps, sequence_logps
+from trainer.loop import (
+    LoopParts,
+    MicroBatchOutput,
+    TrainResult,
+    run_steps,
+    start_run,
+)
+from trainer.losses import dpo_loss
+from trainer.models import load_policy, load_reference
+from trainer.sink import Sink
+
+
+def reference_logps(
+    reference: PreTrainedModel, pairs: Sequence[PairExample], *, pad_token_id: int, batch_size: int, average: bool
+) -> Tensor:
+    """[N, 2]: (chosen, rejected) completion log-probs of every pair under the reference."""
+    columns = []
+    for start in range(0, len(pairs), batch_size):
+        batch = collate_pairs(pairs[start : start + batch_size], pad_token_id=pad_token_id).to(reference.device)
+        columns.append(reference_sequence_logps(reference, batch, average=average).view(2, -1).T)
+    return torch.cat(columns)
+
+
+class DPOObjective:
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        pairs: Sequence[PairExample],
+        config: DPOConfig,
+        *,
+        pad_token_id: int,
+        ref_logps: Tensor | None,
+        reference: PreTrainedModel | None,
+    ) -> None:
+        if (ref_logps is None) == (reference is None):
+            raise ValueError("DPO needs exactly one of precomputed reference log-probs and a reference model")
+        self.model = model
+        self.pairs = pairs
+        self.config = config
+        self.pad_token_id = pad_token_id
+        self.ref_logps = ref_logps
+        self.reference = reference
+        self.average = config.loss_type == "ipo"
+
+    def micro_batches(self, indices: list[int], count: int) -> Iterator[MicroBatchOutput]:
+        chunk = len(indices) // count
+        for start in range(0, len(indices), chunk):
+            micro = indices[start : start + chunk]
+            batch = collate_pairs([self.pairs[i] for i in micro], pad_token_id=self.pad_token_id).to(self.model.device)
+            logps, lengths = sequence_logps(self.model, batch, average=self.average)
+            chosen, rejected = logps[: len(micro)], logps[len(micro) :]
+            if self.ref_logps is not None:
+                ref = self.ref_logps[micro].to(logps.device)
+                ref_chosen, ref_rejected = ref[:, 0], ref[:, 1]
+            else:
+                ref = reference_sequence_logps(self.reference, batch, average=self.average)
+                ref_chosen, ref_rejected = ref[: len(micro)], ref[len(micro) :]
+            losses, chosen_rewards, rejected_rewards = dpo_loss(
+                chosen,
+                rejected,
+                ref_chosen,
+                ref_rejected,
+                beta=self.config.beta,
+                loss_type=self.config.loss_type,
+                label_smoothing=self.config.label_smoothing,
+            )
+            if self.config.rpo_alpha:
+                chosen_per_token = chosen if self.average else chosen / lengths[: len(micro)].clamp(min=1)
+                losses = losses - self.config.rpo_alpha * chosen_per_token
+            metrics = {
+                "rewards/chosen": chosen_rewards.mean().item(),
+                "rewards/rejected": rejected_rewards.mean().item(),
+                "rewards/accuracy": (chosen_rewards > rejected_rewards).float().mean().item(),
+                "rewards/margin": (chosen_rewards - rejected_rewards).mean().item(),
+                "logps/chosen": chosen.detach().mean().item(),
+                "logps/rejected": rejected.detach().mean().item(),
+            }
+            yield MicroBatchOutput(losses.sum() / len(indices), metrics, batch.tokens)
+
+
+def train(config: DPOConfig, data: Sequence[dict], sink: Sink, *, eval_data: Sequence[dict] | None = None) -> TrainResult:
+    start = start_run(config)
+    tokenizer = start.tokenizer
+    pairs = tokenize_pairs(data, tokenizer, start.limits, add_eos=True)
+    if eval_data:
+        # held-out rows only need a prompt (and an answer, for eval/accuracy): the policy is judged by generation
+        check_rows(eval_data, ("prompt",), name="eval data")
+    pad_token_id = tokenizer.pad_token_id
+
+    reference = load_reference(config.reference_model or config.model)
+    ref_logps = None
+    if config.precompute_ref_logps:
+        ref_logps = reference_logps(
+            reference, pairs, pad_token_id=pad_token_id, batch_size=config.batch_size, average=config.loss_type == "ipo"
+        )
+        del reference
+        gc.collect()
+        reference = None
+
+    model = load_policy(start.weights, **start.model_options)
+    objective = DPOObjective(model, pairs, config, pad_token_id=pad_token_id, ref_logps=ref_logps, reference=reference)
+
+    def evaluate() -> dict[str, float]:
+        accuracy = generation_accuracy(model, tokenizer, eval_data, max_new_tokens=config.eval_max_new_tokens)
+        return {"eval/accuracy": accuracy}
+
+    parts = LoopParts(
+        config=config,
+        model=model,
+        tokenizer=tokenizer,
+        objective=objective,
+        dataset_size=len(pairs),
+        evaluate=evaluate if has_answers(eval_data) else None,
+        write_samples=sample_writer(sink, model, tokenizer, eval_data or data, max_new_tokens=config.eval_max_new_tokens),
+        resume_state=start.resume_state,
+    )
+    return run_steps(parts, sink)

@@ -1,0 +1,302 @@
+"""Group sampling: G completions per prompt in one batched call, with the sampling log-probs.
+
+Log-prob convention (TRL issue 4159): the log-prob of a sampled token is taken from the *tempered*
+distribution `log_softmax(logits / temperature)` over the whole vocabulary, before top-k / top-p
+truncation. The training forward (`completion_logprobs`) divides logits by the same temperature, so at
+the first inner iteration the policy ratio is exactly 1 and the sampling log-probs can serve as the
+old log-probs without a second forward. Truncation only shapes which tokens get drawn; using the
+truncated distribution would make the ratio depend on the filter instead of the policy.
+Temperature 0 means greedy decoding; its log-probs are then those of the untempered distribution.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+from torch import Tensor
+from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    group_size: int = 1
+    max_new_tokens: int = 64
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0  # 0 turns top-k off
+
+    def __post_init__(self) -> None:
+        if self.group_size < 1:
+            raise ValueError(f"group_size must be >= 1, got {self.group_size}")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0 (0 = off), got {self.top_k}")
+
+
+@dataclass
+class GroupSamples:
+    """Completions of B prompts, G each; row i*G + g is completion g of prompt i.
+
+    prompt_ids, prompt_mask: [B, P], left-padded.
+    completion_ids: [B*G, T], right-padded; completion_mask [B*G, T] is 1 on real tokens (EOS included).
+    truncated: [B*G] bool, True when no EOS came within max_new_tokens.
+    logprobs: [B*G, T] sampling log-probs (see module docstring), 0 on padding.
+    """
+
+    prompt_ids: Tensor
+    prompt_mask: Tensor
+    completion_ids: Tensor
+    completion_mask: Tensor
+    truncated: Tensor
+    logprobs: Tensor
+    texts: list[str]
+    group_size: int
+
+    @property
+    def lengths(self) -> Tensor:
+        return self.completion_mask.sum(dim=1)
+
+    def select_groups(self, groups: Sequence[int]) -> GroupSamples:
+        """Whole groups, in the given order."""
+        size = self.group_size
+        rows = torch.tensor([g * size + i for g in groups for i in range(size)], dtype=torch.long)
+        return self._take(torch.tensor(list(groups), dtype=torch.long), rows, size)
+
+    def select_rows(self, rows: Tensor) -> GroupSamples:
+        """Any completion rows (e.g. a minibatch); each keeps its own copy of its prompt, so group_size is 1."""
+        return self._take(rows // self.group_size, rows, 1)
+
+    def _take(self, prompt_rows: Tensor, rows: Tensor, group_size: int) -> GroupSamples:
+        return GroupSamples(
+            prompt_ids=self.prompt_ids[prompt_rows],
+            prompt_mask=self.prompt_mask[prompt_rows],
+            completion_ids=self.completion_ids[rows],
+            completion_mask=self.completion_mask[rows],
+            truncated=self.truncated[rows],
+            logprobs=self.logprobs[rows],
+            texts=[self.texts[i] for i in rows.tolist()],
+            group_size=group_size,
+        )
+
+
+def concat_samples(parts: Sequence[GroupSamples], *, pad_token_id: int) -> GroupSamples:
+    """Join sample batches (e.g. rounds of dynamic sampling), re-padding prompts left and completions right."""
+    if len(parts) == 1:
+        return parts[0]
+    prompt_width = max(p.prompt_ids.shape[1] for p in parts)
+    completion_width = max(p.completion_ids.shape[1] for p in parts)
+
+    def pad_left(t: Tensor, value: int) -> Tensor:
+        return torch.nn.functional.pad(t, (prompt_width - t.shape[1], 0), value=value)
+
+    def pad_right(t: Tensor, value: float) -> Tensor:
+        return torch.nn.functional.pad(t, (0, completion_width - t.shape[1]), value=value)
+
+    return GroupSamples(
+        prompt_ids=torch.cat([pad_left(p.prompt_ids, pad_token_id) for p in parts]),
+        prompt_mask=torch.cat([pad_left(p.prompt_mask, 0) for p in parts]),
+        completion_ids=torch.cat([pad_right(p.completion_ids, pad_token_id) for p in parts]),
+        completion_mask=torch.cat([pad_right(p.completion_mask, 0) for p in parts]),
+        truncated=torch.cat([p.truncated for p in parts]),
+        logprobs=torch.cat([pad_right(p.logprobs, 0.0) for p in parts]),
+        texts=[text for p in parts for text in p.texts],
+        group_size=parts[0].group_size,
+    )
+
+
+class GenerationBackend(Protocol):
+    """Where completions come from: the HF model in-process now, a vLLM server on real GPUs later."""
+
+    def generate(self, prompts: Sequence[str], params: SamplingParams) -> GroupSamples:
+        """Sample params.group_size completions for each prompt, in one batched call."""
+
+    def sync_weights(self, model: PreTrainedModel) -> None:
+        """Make the backend sample from `model`'s current weights (called after each optimizer step)."""
+
+
+def position_ids_from_mask(attention_mask: Tensor) -> Tensor:
+    """Positions that skip left padding, as transformers' generate computes them."""
+    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+def filter_top_k_top_p(logits: Tensor, *, top_k: int, top_p: float) -> Tensor:
+    """Set logits outside the top-k / nucleus to -inf. logits [N, V]; keeps at least one token per row."""
+    if top_k > 0 and top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+        cumulative = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
+        # drop a token when the mass before it already reaches top_p; the first token always stays
+        drop_sorted = (cumulative - sorted_logits.softmax(dim=-1)) >= top_p
+        drop = drop_sorted.scatter(-1, order, drop_sorted)
+        logits = logits.masked_fill(drop, float("-inf"))
+    return logits
+
+
+def _sample_next(logits: Tensor, params: SamplingParams) -> tuple[Tensor, Tensor]:
+    """Next tokens [N] and their log-probs [N] under the tempered, untruncated distribution."""
+    logits = logits.float()
+    if params.temperature == 0:
+        tokens = logits.argmax(dim=-1)
+        return tokens, logits.log_softmax(dim=-1).gather(-1, tokens[:, None]).squeeze(-1)
+    scaled = logits / params.temperature
+    logprobs = scaled.log_softmax(dim=-1)
+    if params.top_k == 1:
+        tokens = scaled.argmax(dim=-1)
+    else:
+        truncating = params.top_k > 0 or params.top_p < 1.0
+        filtered = filter_top_k_top_p(scaled, top_k=params.top_k, top_p=params.top_p) if truncating else None
+        probs = filtered.softmax(dim=-1) if truncating else logprobs.exp()
+        # argmax(p / Exp(1) noise) draws from p (the exponential race), far cheaper than multinomial here
+        tokens = (probs / torch.empty_like(probs).exponential_()).argmax(dim=-1)
+    return tokens, logprobs.gather(-1, tokens[:, None]).squeeze(-1)
+
+
+class HFGenerationBackend:
+    """Samples from an in-process transformers causal LM.
+
+    Each prompt is prefilled once; its KV cache is then repeated G times (`batch_repeat_interleave`) and
+    the B*G rows decode together with our own loop, which records the sampling log-probs on the way.
+    """
+
+    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        eos = tokenizer.eos_token_id
+        if eos is None:
+            raise ValueError("the tokenizer has no eos_token_id: generation could never stop")
+        self.eos_token_id = int(eos)
+        self.pad_token_id = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos)
+
+    def sync_weights(self, model: PreTrainedModel) -> None:
+        # Sampling reads the very module being trained, so it always sees the current weights.
+        self.model = model
+
+    def encode_prompts(self, prompts: Sequence[str]) -> tuple[Tensor, Tensor]:
+        device = self.model.device
+        encoded = self.tokenizer(list(prompts), padding=True, padding_side="left", return_tensors="pt")
+        return encoded["input_ids"].to(device), encoded["attention_mask"].to(device)
+
+    def generate(self, prompts: Sequence[str], params: SamplingParams) -> GroupSamples:
+        if not prompts:
+            raise ValueError("generate needs at least one prompt")
+        # eval mode: gradient checkpointing turns the KV cache off in train mode
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            return self._generate(prompts, params)
+        finally:
+            self.model.train(was_training)
+
+    @torch.no_grad()
+    def _generate(self, prompts: Sequence[str], params: SamplingParams) -> GroupSamples:
+        prompt_ids, prompt_mask = self.encode_prompts(prompts)
+        group, max_new = params.group_size, params.max_new_tokens
+        rows = prompt_ids.shape[0] * group
+        device = prompt_ids.device
+
+        cache = DynamicCache(config=self.model.config)
+        positions = position_ids_from_mask(prompt_mask)
+        out = self.model(
+            input_ids=prompt_ids,
+            attention_mask=prompt_mask,
+            position_ids=positions,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        cache.batch_repeat_interleave(group)
+        logits = out.logits[:, -1].repeat_interleave(group, dim=0)
+
+        prompt_width = prompt_ids.shape[1]
+        attention = torch.ones(rows, prompt_width + max_new, dtype=prompt_mask.dtype, device=device)
+        attention[:, :prompt_width] = prompt_mask.repeat_interleave(group, dim=0)
+        next_position = positions[:, -1].repeat_interleave(group) + 1
+        tokens = torch.full((rows, max_new), self.pad_token_id, dtype=torch.long, device=device)
+        logprobs = torch.zeros(rows, max_new, device=device)
+        alive = torch.ones(rows, dtype=torch.bool, device=device)
+        steps = 0
+        for step in range(max_new):
+            next_tokens, next_logprobs = _sample_next(logits, params)
+            tokens[:, step] = next_tokens.masked_fill(~alive, self.pad_token_id)
+            logprobs[:, step] = next_logprobs.masked_fill(~alive, 0.0)
+            steps = step + 1
+            alive &= next_tokens != self.eos_token_id
+            if step == max_new - 1 or not alive.any():
+                break
+            out = self.model(
+                input_ids=tokens[:, step : step + 1],
+                attention_mask=attention[:, : prompt_width + step + 1],
+                position_ids=(next_position + step)[:, None],
+                past_key_values=cache,
+                use_cache=True,
+            )
+            logits = out.logits[:, -1]
+
+        tokens, logprobs = tokens[:, :steps], logprobs[:, :steps]
+        mask = _completion_mask(tokens, self.eos_token_id)
+        return GroupSamples(
+            prompt_ids=prompt_ids,
+            prompt_mask=prompt_mask,
+            completion_ids=tokens,
+            completion_mask=mask,
+            truncated=alive,
+            logprobs=logprobs,
+            texts=self.tokenizer.batch_decode(tokens, skip_special_tokens=True),
+            group_size=group,
+        )
+
+
+def _completion_mask(tokens: Tensor, eos_token_id: int) -> Tensor:
+    """1 up to and including the first EOS (everything when there is none)."""
+    is_eos = tokens == eos_token_id
+    eos_before = is_eos.long().cumsum(dim=1) - is_eos.long()
+    return (eos_before == 0).long()
+
+
+def completion_logprobs(
+    model: PreTrainedModel,
+    samples: GroupSamples,
+    *,
+    temperature: float,
+    with_entropy: bool = False,
+    entropy_grad: bool = False,
+) -> tuple[Tensor, Tensor | None]:
+    """Per-token log-probs [B*G, T] of the sampled completions under `model`, at the sampling temperature.
+
+    The same convention as sampling (module docstring), so ratio = exp(this - samples.logprobs) is 1 for
+    the sampling weights. With `with_entropy`, also the per-token entropy [B*G, T] of that distribution,
+    detached unless `entropy_grad` (an entropy bonus needs its gradient, a logged metric does not).
+    """
+    from trainer.losses import entropy_from_logits
+
+    group = samples.group_size
+    completion = samples.completion_ids
+    width = completion.shape[1]
+    input_ids = torch.cat([samples.prompt_ids.repeat_interleave(group, dim=0), completion], dim=1)
+    attention = torch.cat([samples.prompt_mask.repeat_interleave(group, dim=0), samples.completion_mask], dim=1)
+    logits = model(
+        input_ids=input_ids,
+        attention_mask=attention,
+        position_ids=position_ids_from_mask(attention),
+        use_cache=False,
+        logits_to_keep=width + 1,
+    ).logits[:, :-1].float()
+    if temperature > 0:
+        logits = logits / temperature
+    logprobs = logits.log_softmax(dim=-1).gather(-1, completion[..., None]).squeeze(-1)
+    logprobs = logprobs * samples.completion_mask
+    entropy = None
+    if with_entropy:
+        with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+            entropy = entropy_from_logits(logits if entropy_grad else logits.detach())
+    return logprobs, entropy

@@ -1,0 +1,377 @@
+"""What every training loop shares: seeding, optimizer and schedule, data order, timing, the NaN check,
+checkpoints that resume exactly, and `run_steps`, the step driver of the offline kinds (reward model, SFT,
+DPO). Online kinds (GRPO, PPO) reuse the pieces and write their own driver.
+
+A checkpoint `output_dir/checkpoints/step-N/` holds the model and tokenizer (save_pretrained) and
+`trainer_state.pt`: step, tokens seen, optimizer, scheduler, data order and the python / numpy / torch RNG
+states. Resuming restores all of them after the models are loaded, so the resumed run draws the same
+batches and numbers as one that never stopped.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import shutil
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+from torch import Tensor
+from torch.optim import AdamW, Optimizer
+from torch.optim.lr_scheduler import LambdaLR
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from trainer.config import BaseConfig, ConfigError, config_kind, config_to_dict
+from trainer.data import Limits
+from trainer.models import LoraOptions, load_tokenizer
+from trainer.sink import Sink
+
+STATE_FILE = "trainer_state.pt"
+
+
+class TrainingDiverged(RuntimeError):
+    """A loss or gradient norm became NaN or Inf; the message names the metric and the step."""
+
+
+@dataclass
+class TrainResult:
+    step: int
+    metrics: dict[str, float]
+    checkpoint: str | None
+    stopped: bool
+    tokens_seen: int
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def rng_state() -> dict[str, Any]:
+    numpy_state = np.random.get_state()
+    return {
+        "python": random.getstate(),
+        # as a tensor so the state loads with torch.load(weights_only=True)
+        "numpy": (numpy_state[0], torch.from_numpy(numpy_state[1].astype(np.int64)), *numpy_state[2:]),
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+    }
+
+
+def set_rng_state(state: Mapping[str, Any]) -> None:
+    random.setstate(state["python"])
+    name, keys, *rest = state["numpy"]
+    np.random.set_state((name, keys.numpy().astype(np.uint32), *rest))
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def total_steps(config: BaseConfig, dataset_size: int) -> int:
+    if config.max_steps is not None:
+        return config.max_steps
+    return max(1, math.ceil(config.epochs * dataset_size / config.batch_size))
+
+
+def build_optimizer(model: torch.nn.Module, config: BaseConfig) -> AdamW:
+    parameters = [p for p in model.parameters() if p.requires_grad]
+    return AdamW(parameters, lr=config.lr, weight_decay=config.weight_decay)
+
+
+def lr_factor(step: int, *, warmup: int, total: int, kind: str) -> float:
+    """Multiplier of the peak lr at optimizer step `step` (0-based), as transformers' schedules."""
+    if step < warmup:
+        return step / max(1, warmup)
+    if kind == "constant":
+        return 1.0
+    progress = (step - warmup) / max(1, total - warmup)
+    if kind == "cosine":
+        return max(0.0, 0.5 * (1.0 + math.cos(math.pi * progress)))
+    return max(0.0, 1.0 - progress)
+
+
+def build_scheduler(optimizer: Optimizer, config: BaseConfig, steps: int) -> LambdaLR:
+    warmup = config.warmup_steps or int(config.warmup_ratio * steps)
+    return LambdaLR(
+        optimizer, lambda step: lr_factor(step, warmup=warmup, total=steps, kind=config.lr_scheduler)
+    )
+
+
+class DataOrder:
+    """Shuffled indices, reshuffled each epoch from (seed, epoch); a batch may run across an epoch end."""
+
+    def __init__(self, size: int, seed: int) -> None:
+        self.size = size
+        self.seed = seed
+        self.consumed = 0
+
+    def _permutation(self, epoch: int) -> list[int]:
+        generator = torch.Generator().manual_seed(self.seed * 100_003 + epoch)
+        return torch.randperm(self.size, generator=generator).tolist()
+
+    def next_batch(self, batch_size: int) -> list[int]:
+        indices = []
+        while len(indices) < batch_size:
+            epoch, position = divmod(self.consumed, self.size)
+            take = min(batch_size - len(indices), self.size - position)
+            indices.extend(self._permutation(epoch)[position : position + take])
+            self.consumed += take
+        return indices
+
+    def state_dict(self) -> dict[str, int]:
+        return {"size": self.size, "seed": self.seed, "consumed": self.consumed}
+
+    def load_state_dict(self, state: Mapping[str, int]) -> None:
+        if state["size"] != self.size:
+            raise ValueError(f"the checkpoint was trained on {state['size']} examples, this data has {self.size}")
+        self.seed, self.consumed = state["seed"], state["consumed"]
+
+
+def check_finite(step: int, metrics: Mapping[str, float], names: tuple[str, ...] = ("loss", "grad_norm")) -> None:
+    for name in names:
+        value = metrics.get(name)
+        if value is not None and not math.isfinite(value):
+            kind = "NaN" if math.isnan(value) else "Inf"
+            raise TrainingDiverged(f"{name} is {kind} at step {step}")
+
+
+def checkpoint_dir(config: BaseConfig, step: int) -> Path:
+    return Path(config.output_dir) / "checkpoints" / f"step-{step}"
+
+
+def save_checkpoint(
+    directory: Path,
+    *,
+    step: int,
+    tokens_seen: int,
+    config: BaseConfig,
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    optimizer: Optimizer,
+    scheduler: LambdaLR,
+    data_order: DataOrder,
+    extra_models: Mapping[str, PreTrainedModel] | None = None,
+) -> Path:
+    """Write everything a resume needs; written beside and renamed, so a crash never leaves half a checkpoint.
+    `extra_models` (e.g. PPO's critic) are saved in subdirectories named by their keys."""
+    partial = directory.with_name(directory.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    model.save_pretrained(partial)
+    tokenizer.save_pretrained(partial)
+    for name, extra_model in (extra_models or {}).items():
+        extra_model.save_pretrained(partial / name)
+    state = {
+        "step": step,
+        "tokens_seen": tokens_seen,
+        "kind": config_kind(config),
+        "config": config_to_dict(config),
+        "optimizer": optimizer.state_dict(),
+        "scheduler": scheduler.state_dict(),
+        "data_order": data_order.state_dict(),
+        "rng": rng_state(),
+    }
+    torch.save(state, partial / STATE_FILE)
+    shutil.rmtree(directory, ignore_errors=True)
+    partial.rename(directory)
+    return directory
+
+
+def load_checkpoint_state(directory: str | Path) -> dict[str, Any]:
+    path = Path(directory) / STATE_FILE
+    if not path.exists():
+        raise FileNotFoundError(f"{directory} is not a training checkpoint: {STATE_FILE} is missing")
+    return torch.load(path, weights_only=True)
+
+
+@dataclass
+class MicroBatchOutput:
+    """One micro-batch: `loss` is already scaled so the micro losses of a step sum to the step's loss;
+    `metrics` are means over the micro-batch (averaged over micro-batches of equal size); `tokens` counts
+    the non-padding tokens processed."""
+
+    loss: Tensor
+    metrics: dict[str, float] = field(default_factory=dict)
+    tokens: int = 0
+
+
+class Objective(Protocol):
+    def micro_batches(self, indices: list[int], count: int) -> Iterator[MicroBatchOutput]:
+        """Split the step's examples into `count` micro-batches and yield each one's scaled loss.
+
+        The driver calls backward on each loss before asking for the next one.
+        """
+
+
+@dataclass
+class LoopParts:
+    """What `run_steps` drives: built by each kind's train() (a resume fills `resume_state`)."""
+
+    config: BaseConfig
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+    objective: Objective
+    dataset_size: int
+    evaluate: Callable[[], dict[str, float]] | None = None
+    write_samples: Callable[[int], None] | None = None
+    resume_state: dict[str, Any] | None = None
+
+
+def run_steps(parts: LoopParts, sink: Sink) -> TrainResult:
+    """Optimizer steps with gradient accumulation, clipping, warm-up schedule, logging, evaluation, samples,
+    checkpoints and a stop check every step. Raises TrainingDiverged on a NaN/Inf loss or gradient norm."""
+    config, model = parts.config, parts.model
+    steps = total_steps(config, parts.dataset_size)
+    optimizer = build_optimizer(model, config)
+    scheduler = build_scheduler(optimizer, config, steps)
+    order = DataOrder(parts.dataset_size, config.seed)
+    start_step, tokens_seen = 0, 0
+    if parts.resume_state is not None:
+        state = parts.resume_state
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        order.load_state_dict(state["data_order"])
+        set_rng_state(state["rng"])
+        start_step, tokens_seen = state["step"], state["tokens_seen"]
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    clip_norm = config.max_grad_norm if config.max_grad_norm > 0 else math.inf
+
+    def checkpoint(step: int) -> str:
+        path = save_checkpoint(
+            checkpoint_dir(config, step),
+            step=step,
+            tokens_seen=tokens_seen,
+            config=config,
+            model=model,
+            tokenizer=parts.tokenizer,
+            optimizer=optimizer,
+            scheduler=scheduler,
+            data_order=order,
+        )
+        sink.checkpoint(step, str(path))
+        return str(path)
+
+    sink.start(total_steps=steps, start_step=start_step)
+    model.train()
+    metrics: dict[str, float] = {}
+    last_checkpoint: str | None = None
+    step = start_step
+    for step in range(start_step + 1, steps + 1):
+        started = time.perf_counter()
+        metrics = _one_step(parts, optimizer, trainable, order, step, clip_norm)
+        metrics["lr"] = scheduler.get_last_lr()[0]
+        scheduler.step()
+        elapsed = time.perf_counter() - started
+        step_tokens = int(metrics.pop("tokens"))
+        tokens_seen += step_tokens
+        metrics["time/step_s"] = elapsed
+        metrics["throughput/tokens_per_s"] = step_tokens / elapsed
+        diverged = not all(math.isfinite(metrics[name]) for name in ("loss", "grad_norm"))
+        if parts.evaluate is not None and not diverged and (_due(step, config.eval_every) or step == steps):
+            metrics.update(parts.evaluate())
+        if _due(step, config.log_every) or step == steps or diverged:
+            sink.log(step, metrics, tokens_seen=tokens_seen)
+        check_finite(step, metrics)
+        if _due(step, config.sample_every) and parts.write_samples is not None:
+            parts.write_samples(step)
+        stop = sink.should_stop()
+        if _due(step, config.checkpoint_every) or step == steps or stop:
+            last_checkpoint = checkpoint(step)
+        if stop:
+            return TrainResult(step, metrics, last_checkpoint, True, tokens_seen)
+    return TrainResult(step, metrics, last_checkpoint, False, tokens_seen)
+
+
+def _due(step: int, every: int) -> bool:
+    return every > 0 and step % every == 0
+
+
+def _one_step(
+    parts: LoopParts,
+    optimizer: Optimizer,
+    trainable: list[torch.nn.Parameter],
+    order: DataOrder,
+    step: int,
+    clip_norm: float,
+) -> dict[str, float]:
+    config = parts.config
+    indices = order.next_batch(config.batch_size)
+    totals: dict[str, float] = {}
+    loss_total, tokens = 0.0, 0
+    for output in parts.objective.micro_batches(indices, config.grad_accum_steps):
+        loss = output.loss
+        if config.debug_nan_at_step == step:
+            loss = loss * float("nan")
+        loss.backward()
+        loss_total += loss.item()
+        tokens += output.tokens
+        for name, value in output.metrics.items():
+            totals[name] = totals.get(name, 0.0) + value / config.grad_accum_steps
+    grad_norm = torch.nn.utils.clip_grad_norm_(trainable, clip_norm).item()
+    if math.isfinite(loss_total) and math.isfinite(grad_norm):
+        optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return {"loss": loss_total, "grad_norm": grad_norm, **totals, "tokens": float(tokens)}
+
+
+def model_source(config: BaseConfig) -> tuple[str, str | None]:
+    """(weights path, LoRA adapter path) to load the trained model from: the checkpoint when resuming."""
+    if config.resume_from is None:
+        return config.model, None
+    if config.use_lora:
+        return config.model, config.resume_from
+    return config.resume_from, None
+
+
+@dataclass
+class RunStart:
+    """What a train() starts from: the tokenizer and limits, where the trained model's weights come from
+    (the checkpoint when resuming) and the checkpoint state to restore."""
+
+    tokenizer: PreTrainedTokenizerBase
+    limits: Limits
+    weights: str
+    adapter: str | None
+    resume_state: dict[str, Any] | None
+    model_options: dict[str, Any]
+
+
+def start_run(config: BaseConfig) -> RunStart:
+    """Validate, seed, and find the tokenizer and weights; call before building models (they draw from the RNG)."""
+    config.validate()
+    seed_everything(config.seed)
+    resume_state = resume_state_for(config)
+    weights, adapter = model_source(config)
+    return RunStart(
+        tokenizer=load_tokenizer(config.resume_from or config.model),
+        limits=Limits(config.max_length, config.max_prompt_length),
+        weights=weights,
+        adapter=adapter,
+        resume_state=resume_state,
+        model_options={
+            "lora": LoraOptions.from_config(config),
+            "adapter": adapter,
+            "gradient_checkpointing": config.gradient_checkpointing,
+        },
+    )
+
+
+def resume_state_for(config: BaseConfig) -> dict[str, Any] | None:
+    """The checkpoint state to resume from (config.resume_from), checked against the run's kind."""
+    if config.resume_from is None:
+        return None
+    try:
+        state = load_checkpoint_state(config.resume_from)
+    except FileNotFoundError as error:
+        raise ConfigError("resume_from", str(error)) from error
+    if state["kind"] != config_kind(config):
+        raise ConfigError(
+            "resume_from", f"{config.resume_from} is a {state['kind']} checkpoint, this run is {config_kind(config)}"
+        )
+    return state

@@ -1,0 +1,228 @@
+"""PPO with a critic, as seed 003 writes it (InstructGPT style RLHF).
+
+One step: sample one completion per prompt from the policy; score it (reward model and/or rule-based
+functions); per-token reward = -kl_coef * (logp - ref_logp) on every token plus the score on the last
+real token; GAE over the critic's values; whitened advantages; then ppo_epochs passes of shuffled
+minibatches, each one optimizer update of clipped surrogate + vf_coef * clipped value loss - entropy_coef
+* entropy. The critic is a sequence classifier (scalar head) read at every position: initialised from
+critic_model, else the reward model, else the policy's weights with a fresh head.
+
+`kl` is the mean per-token k1 estimate logp - ref_logp of the rollout (what the reward is penalised by).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+from torch.optim import AdamW
+from transformers import PreTrainedModel
+
+from trainer.config import ConfigError, PPOConfig
+from trainer.generation import GroupSamples, HFGenerationBackend, completion_logprobs, position_ids_from_mask
+from trainer.grpo import (
+    ScoredGroups,
+    build_rewarder,
+    is_due,
+    masked_mean,
+    optimizer_update,
+    prepare_online,
+    record_rollout_samples,
+    reward_metrics,
+    run_learner,
+    sample_and_score,
+    sampling_params,
+)
+from trainer.loop import TrainResult, build_scheduler, total_steps
+from trainer.losses import gae, policy_loss, value_loss
+from trainer.models import load_reference, load_reward_model
+from trainer.rewards import Rewarder
+from trainer.sink import Sink
+
+CRITIC_DIR = "critic"
+
+
+def token_values(critic: PreTrainedModel, samples: GroupSamples) -> Tensor:
+    """V(s_t) [N, T] for every completion token t: the critic's head on the hidden state that predicts it."""
+    input_ids = torch.cat([samples.prompt_ids, samples.completion_ids], dim=1)
+    attention = torch.cat([samples.prompt_mask, samples.completion_mask], dim=1)
+    hidden = critic.base_model(
+        input_ids=input_ids, attention_mask=attention, position_ids=position_ids_from_mask(attention), use_cache=False
+    ).last_hidden_state
+    width = samples.completion_ids.shape[1]
+    values = critic.score(hidden[:, -width - 1 : -1]).squeeze(-1).float()
+    return values * samples.completion_mask
+
+
+def whiten(values: Tensor, mask: Tensor) -> Tensor:
+    """(values - mean) / std over the real tokens; 0 on padding."""
+    real = mask.bool()
+    mean = values[real].mean()
+    std = values[real].std() if real.sum() > 1 else torch.ones(())
+    return torch.where(real, (values - mean) / (std + 1e-8), torch.zeros_like(values))
+
+
+def explained_variance(values: Tensor, returns: Tensor, mask: Tensor) -> float:
+    """1 - Var(returns - values) / Var(returns) over real tokens (1: perfect critic, <= 0: useless)."""
+    real = mask.bool()
+    target_variance = returns[real].var()
+    return (1 - (returns[real] - values[real]).var() / target_variance).item() if target_variance > 0 else 0.0
+
+
+@dataclass
+class Rollout:
+    scored: ScoredGroups
+    old_values: Tensor
+    advantages: Tensor
+    returns: Tensor
+    kl: Tensor  # per-token logp - ref_logp
+
+
+class PPOLearner:
+    def __init__(
+        self,
+        config: PPOConfig,
+        policy: PreTrainedModel,
+        critic: PreTrainedModel,
+        reference: PreTrainedModel | None,
+        backend: HFGenerationBackend,
+        rewarder: Rewarder,
+        optimizer: AdamW,
+        scheduler: torch.optim.lr_scheduler.LambdaLR,
+    ) -> None:
+        self.config = config
+        self.policy = policy
+        self.critic = critic
+        self.reference = reference
+        self.backend = backend
+        self.rewarder = rewarder
+        self.optimizer = optimizer
+        self.scheduler = scheduler
+        self.parameters = [p for group in optimizer.param_groups for p in group["params"]]
+        self.params = sampling_params(config, 1)
+
+    @torch.no_grad()
+    def rollout(self, rows: list[dict], timings: dict[str, float]) -> Rollout:
+        config = self.config
+        scored = sample_and_score(self.backend, self.rewarder, rows, self.params, config, timings)
+        started = time.perf_counter()
+        samples = scored.samples
+        mask = samples.completion_mask
+        old_values = token_values(self.critic, samples)
+        kl = torch.zeros_like(samples.logprobs)
+        if self.reference is not None:
+            ref_logprobs = completion_logprobs(self.reference, samples, temperature=config.temperature)[0]
+            kl = (samples.logprobs - ref_logprobs) * mask
+        rewards = -config.kl_coef * kl
+        last = (mask.sum(dim=1) - 1).clamp(min=0)
+        rewards[torch.arange(len(last)), last] += torch.tensor(scored.rewards, dtype=rewards.dtype)
+        advantages, returns = gae(rewards, old_values, mask, gamma=config.gamma, lam=config.lam)
+        timings["time/scoring_s"] += time.perf_counter() - started
+        return Rollout(scored, old_values, advantages, returns, kl)
+
+    def update(self, step: int, rollout: Rollout) -> dict[str, float]:
+        config = self.config
+        samples = rollout.scored.samples
+        mask = samples.completion_mask
+        advantages = whiten(rollout.advantages, mask) if config.whiten_advantages else rollout.advantages
+        totals: dict[str, float] = {}
+        updates = config.ppo_epochs * config.num_mini_batches
+        for _ in range(config.ppo_epochs):
+            for rows in torch.randperm(mask.shape[0]).chunk(config.num_mini_batches):
+                metrics = self._minibatch(step, samples.select_rows(rows), rows, rollout, advantages)
+                metrics["grad_norm"] = optimizer_update(
+                    self.optimizer, self.scheduler, self.parameters, config.max_grad_norm
+                )
+                for name, value in metrics.items():
+                    totals[name] = totals.get(name, 0.0) + value / updates
+        return totals
+
+    def _minibatch(
+        self, step: int, chunk: GroupSamples, rows: Tensor, rollout: Rollout, advantages: Tensor
+    ) -> dict[str, float]:
+        config = self.config
+        mask = chunk.completion_mask
+        logprobs, entropy = completion_logprobs(
+            self.policy,
+            chunk,
+            temperature=config.temperature,
+            with_entropy=True,
+            entropy_grad=config.entropy_coef > 0,
+        )
+        surrogate, metrics = policy_loss(
+            logprobs,
+            chunk.logprobs,
+            advantages[rows],
+            mask,
+            eps_low=config.epsilon,
+            eps_high=config.epsilon,
+            aggregation="token-mean",
+        )
+        values = token_values(self.critic, chunk)
+        critic_loss = value_loss(values, rollout.old_values[rows], rollout.returns[rows], mask, clip=config.value_clip)
+        mean_entropy = (entropy * mask).sum() / mask.sum().clamp(min=1)
+        loss = surrogate + config.vf_coef * critic_loss - config.entropy_coef * mean_entropy
+        if config.debug_nan_at_step == step:
+            loss = loss * float("nan")
+        loss.backward()
+        metrics.update(
+            {"loss": loss.item(), "policy/loss": surrogate.item(), "value/loss": critic_loss.item(),
+             "entropy": mean_entropy.item()}
+        )
+        return metrics
+
+    def step(self, step: int, draw_rows: Callable[[], list[dict]], sink: Sink) -> tuple[dict[str, float], int]:
+        config = self.config
+        timings: dict[str, float] = {}
+        rollout = self.rollout(draw_rows(), timings)
+        started = time.perf_counter()
+        metrics = self.update(step, rollout)
+        timings["time/backward_s"] = time.perf_counter() - started
+        samples = rollout.scored.samples
+        mask = samples.completion_mask
+        metrics.update(reward_metrics(rollout.scored))
+        metrics.update(timings)
+        metrics["kl"] = masked_mean(rollout.kl, mask)
+        metrics["advantage/mean"] = masked_mean(rollout.advantages, mask)
+        metrics["value/explained_variance"] = explained_variance(rollout.old_values, rollout.returns, mask)
+        if is_due(step, config.sample_every):
+            first_token_advantages = rollout.advantages[:, :1]
+            record_rollout_samples(sink, step, rollout.scored, first_token_advantages, config.samples_per_log)
+        tokens = int(samples.prompt_mask.sum()) + int(mask.sum())
+        return metrics, tokens
+
+
+def critic_source(config: PPOConfig) -> str:
+    if config.resume_from is not None:
+        return f"{config.resume_from}/{CRITIC_DIR}"
+    return config.critic_model or config.reward_model or config.model
+
+
+def train(
+    config: PPOConfig, data: Sequence[dict], sink: Sink, *, eval_data: Sequence[dict] | None = None
+) -> TrainResult:
+    if config.grad_accum_steps != 1:
+        raise ConfigError("grad_accum_steps", "PPO splits each rollout with num_mini_batches; leave this at 1")
+    resume_state, tokenizer, policy = prepare_online(config, data)
+    critic = load_reward_model(critic_source(config), pad_token_id=tokenizer.pad_token_id, device=policy.device)
+    reference = load_reference(config.reference_model or config.model) if config.kl_coef > 0 else None
+    optimizer = AdamW(
+        [
+            {"params": [p for p in policy.parameters() if p.requires_grad], "lr": config.lr},
+            {"params": list(critic.parameters()), "lr": config.critic_lr or config.lr},
+        ],
+        weight_decay=config.weight_decay,
+    )
+    steps = total_steps(config, len(data))
+    scheduler = build_scheduler(optimizer, config, steps * config.ppo_epochs * config.num_mini_batches)
+    learner = PPOLearner(
+        config, policy, critic, reference, HFGenerationBackend(policy, tokenizer), build_rewarder(config),
+        optimizer, scheduler,
+    )
+    return run_learner(
+        learner, data, sink, eval_data=eval_data, tokenizer=tokenizer, steps=steps, resume_state=resume_state,
+        extra_models={CRITIC_DIR: critic},
+    )

@@ -1,0 +1,107 @@
+"""Reward model: a sequence classifier with one output, trained with the Bradley-Terry loss on
+preference pairs (optional per-pair weight and margin, optional centring term). Chosen and rejected
+sequences of a micro-batch go through the model in one forward.
+
+eval/accuracy is the fraction of held-out pairs scored chosen > rejected; eval/margin their mean gap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import torch
+from torch import Tensor
+from transformers import PreTrainedModel
+
+from trainer.config import RewardModelConfig
+from trainer.data import PairExample, collate_pairs, tokenize_pairs
+from trainer.loop import (
+    LoopParts,
+    MicroBatchOutput,
+    TrainResult,
+    run_steps,
+    start_run,
+)
+from trainer.losses import bradley_terry_loss
+from trainer.models import load_reward_model
+from trainer.sink import Sink
+
+
+def pair_scores(model: PreTrainedModel, pairs: Sequence[PairExample], *, pad_token_id: int) -> tuple[Tensor, Tensor, int]:
+    """(chosen scores [B], rejected scores [B], tokens processed)."""
+    batch = collate_pairs(pairs, pad_token_id=pad_token_id).to(model.device)
+    scores = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False).logits
+    scores = scores.squeeze(-1).float()
+    return scores[: len(pairs)], scores[len(pairs) :], batch.tokens
+
+
+def preference_metrics(chosen: Tensor, rejected: Tensor) -> dict[str, float]:
+    """DESIGN section 5 names, means over the pairs; `chosen`/`rejected` are rewards [B]."""
+    return {
+        "rewards/chosen": chosen.mean().item(),
+        "rewards/rejected": rejected.mean().item(),
+        "rewards/accuracy": (chosen > rejected).float().mean().item(),
+        "rewards/margin": (chosen - rejected).mean().item(),
+    }
+
+
+class RewardObjective:
+    def __init__(
+        self, model: PreTrainedModel, pairs: Sequence[PairExample], *, pad_token_id: int, center_coef: float
+    ) -> None:
+        self.model = model
+        self.pairs = pairs
+        self.pad_token_id = pad_token_id
+        self.center_coef = center_coef
+
+    def micro_batches(self, indices: list[int], count: int) -> Iterator[MicroBatchOutput]:
+        chunk = len(indices) // count
+        step_weight = sum(self.pairs[i].weight for i in indices)
+        for start in range(0, len(indices), chunk):
+            pairs = [self.pairs[i] for i in indices[start : start + chunk]]
+            chosen, rejected, tokens = pair_scores(self.model, pairs, pad_token_id=self.pad_token_id)
+            weights = torch.tensor([pair.weight for pair in pairs], device=chosen.device)
+            margins = torch.tensor([pair.margin for pair in pairs], device=chosen.device)
+            loss = bradley_terry_loss(
+                chosen,
+                rejected,
+                margin=margins if margins.any() else None,
+                weights=weights,
+                center_coef=self.center_coef,
+            )
+            # bradley_terry_loss normalises by this micro-batch's weight; rescale to the step's total weight
+            scale = weights.sum().item() / step_weight if step_weight > 0 else 0.0
+            yield MicroBatchOutput(loss * scale, preference_metrics(chosen.detach(), rejected.detach()), tokens)
+
+    @torch.no_grad()
+    def evaluate(self, pairs: Sequence[PairExample], batch_size: int) -> dict[str, float]:
+        self.model.eval()
+        chosen, rejected = [], []
+        for start in range(0, len(pairs), batch_size):
+            c, r, _ = pair_scores(self.model, pairs[start : start + batch_size], pad_token_id=self.pad_token_id)
+            chosen.append(c)
+            rejected.append(r)
+        self.model.train()
+        metrics = preference_metrics(torch.cat(chosen), torch.cat(rejected))
+        return {"eval/accuracy": metrics["rewards/accuracy"], "eval/margin": metrics["rewards/margin"]}
+
+
+def train(
+    config: RewardModelConfig, data: Sequence[dict], sink: Sink, *, eval_data: Sequence[dict] | None = None
+) -> TrainResult:
+    start = start_run(config)
+    tokenizer = start.tokenizer
+    pairs = tokenize_pairs(data, tokenizer, start.limits, add_eos=True)
+    eval_pairs = tokenize_pairs(eval_data, tokenizer, start.limits, add_eos=True, name="eval data") if eval_data else None
+    model = load_reward_model(start.weights, pad_token_id=tokenizer.pad_token_id, **start.model_options)
+    objective = RewardObjective(model, pairs, pad_token_id=tokenizer.pad_token_id, center_coef=config.center_coef)
+    parts = LoopParts(
+        config=config,
+        model=model,
+        tokenizer=tokenizer,
+        objective=objective,
+        dataset_size=len(pairs),
+        evaluate=(lambda: objective.evaluate(eval_pairs, config.batch_size)) if eval_pairs else None,
+        resume_state=start.resume_state,
+    )
+    return run_steps(parts, sink)

@@ -1,0 +1,200 @@
+"""The seeds' arithmetic task ("Calculate 2 + 2 * 6"): problems by level, a fixed train/test split, SFT
+targets `<think>steps</think><answer>14</answer>`, an answer checker, preference pairs and a tiny model.
+
+No torch at import: the web lists tasks from here. `build_tiny_model` loads torch when it is called.
+
+Levels: 1 = a + b with one-digit numbers (100 problems); 2 = two operations on one-digit numbers with
+precedence (2 + 2 * 6); 3 = three operations on numbers up to 20.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from trainer.answers import answers_match, extract_answer
+
+Split = Literal["train", "test"]
+LEVELS = (1, 2, 3)
+TEST_PERCENT = 20
+_OPERATORS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
+
+
+@dataclass(frozen=True)
+class Problem:
+    expression: str
+    answer: int
+    steps: tuple[str, ...]
+
+    @property
+    def prompt(self) -> str:
+        return f"Calculate {self.expression}\n"
+
+    @property
+    def completion(self) -> str:
+        """The SFT target: short reasoning steps, then the tagged answer."""
+        return format_completion(self.steps, self.answer)
+
+    @property
+    def split(self) -> Split:
+        return split_of(self.expression)
+
+
+def format_completion(steps: tuple[str, ...], answer: int) -> str:
+    return f"<think>{'; '.join(steps)}</think><answer>{answer}</answer>"
+
+
+def split_of(expression: str) -> Split:
+    """A pure function of the text, so a problem is in train or in test on every machine and every run."""
+    digest = hashlib.sha256(expression.encode("utf-8")).digest()
+    return "test" if int.from_bytes(digest[:4], "big") % 100 < TEST_PERCENT else "train"
+
+
+def solve(expression: str, *, precedence: bool = True) -> Problem:
+    """Evaluate `a op b op c ...` (+, -, *; * first, then left to right), recording each step.
+
+    With precedence=False everything goes left to right: the classic mistake (2 + 2 * 6 = 24).
+    """
+    tokens = expression.split()
+    if len(tokens) % 2 == 0 or any(op not in _OPERATORS for op in tokens[1::2]):
+        raise ValueError(f"not an arithmetic expression of the task: {expression!r}")
+    values = [int(token) for token in tokens[0::2]]
+    operators = tokens[1::2]
+    steps: list[str] = []
+    for wanted in ("*", "+-") if precedence else ("*+-",):
+        index = 0
+        while index < len(operators):
+            operator = operators[index]
+            if operator not in wanted:
+                index += 1
+                continue
+            left, right = values[index], values[index + 1]
+            result = _OPERATORS[operator](left, right)
+            steps.append(f"{left} {operator} {right} = {result}")
+            values[index : index + 2] = [result]
+            del operators[index]
+    return Problem(expression=expression, answer=values[0], steps=tuple(steps))
+
+
+def is_correct(completion: str, answer: int | str) -> bool:
+    return answers_match(extract_answer(completion), str(answer))
+
+
+def problems(level: int, split: Split, count: int | None = None, *, seed: int = 0) -> list[Problem]:
+    """`count` distinct problems of `level` in `split` (all of them for level 1 when count is None)."""
+    if level not in LEVELS:
+        raise ValueError(f"unknown arithmetic level {level}; choose one of {LEVELS}")
+    if level == 1:
+        every = [solve(f"{a} + {b}") for a in range(10) for b in range(10)]
+        chosen = [problem for problem in every if problem.split == split]
+        random.Random(seed).shuffle(chosen)
+        return chosen if count is None else chosen[:count]
+    if count is None:
+        raise ValueError(f"level {level} has too many problems to list; pass a count")
+    rng = random.Random(f"{level}-{split}-{seed}")
+    operations, largest = (2, 9) if level == 2 else (3, 20)
+    found: dict[str, Problem] = {}
+    for _ in range(count * 50):
+        if len(found) == count:
+            break
+        numbers = [rng.randint(1, largest) for _ in range(operations + 1)]
+        operators = [rng.choice("+-*") for _ in range(operations)]
+        expression = " ".join(
+            token for pair in zip(map(str, numbers), [*operators, ""], strict=True) for token in pair if token
+        )
+        if split_of(expression) == split:
+            found.setdefault(expression, solve(expression))
+    if len(found) < count:
+        raise ValueError(f"could not find {count} distinct level-{level} {split} problems")
+    return list(found.values())
+
+
+def sft_rows(level: int, split: Split, count: int | None = None, *, seed: int = 0) -> list[dict]:
+    """{prompt, completion, answer} rows; `answer` lets the SFT loop measure eval/accuracy."""
+    return [
+        {"prompt": p.prompt, "completion": p.completion, "answer": str(p.answer)}
+        for p in problems(level, split, count, seed=seed)
+    ]
+
+
+Mistake = Literal["final_answer", "last_step", "precedence"]
+MISTAKES: tuple[Mistake, ...] = ("final_answer", "last_step", "precedence")
+
+
+def wrong_completion(problem: Problem, rng: random.Random, mistakes: tuple[Mistake, ...] = MISTAKES) -> str:
+    """A plausible wrong completion, by one of `mistakes`: a final answer that contradicts correct steps
+    ("final_answer"), a slip in the last step carried into the answer ("last_step"), or working left to
+    right, ignoring that * goes first ("precedence"; where that gives the right answer, "final_answer")."""
+    wrong = problem.answer + rng.choice([-3, -2, -1, 1, 2, 3])
+    mistake = rng.choice(mistakes)
+    if mistake == "precedence":
+        naive = solve(problem.expression, precedence=False)
+        if naive.answer != problem.answer:
+            return naive.completion
+        mistake = "final_answer"
+    if mistake == "final_answer":
+        return format_completion(problem.steps, wrong)
+    last = problem.steps[-1].rsplit("=", 1)[0]
+    return format_completion((*problem.steps[:-1], f"{last}= {wrong}"), wrong)
+
+
+def preference_rows(
+    level: int,
+    split: Split,
+    count: int | None = None,
+    *,
+    pairs_per_problem: int = 1,
+    mistakes: tuple[Mistake, ...] = MISTAKES,
+    seed: int = 0,
+) -> list[dict]:
+    """{prompt, chosen, rejected, answer} rows: chosen is the correct completion, rejected a wrong one."""
+    rng = random.Random(f"pairs-{level}-{split}-{seed}")
+    rows = []
+    for problem in problems(level, split, count, seed=seed):
+        for _ in range(pairs_per_problem):
+            rows.append(
+                {
+                    "prompt": problem.prompt,
+                    "chosen": problem.completion,
+                    "rejected": wrong_completion(problem, rng, mistakes),
+                    "answer": str(problem.answer),
+                }
+            )
+    return rows
+
+
+def corpus(*, seed: int = 0) -> list[str]:
+    """Task text to train the tiny model's tokenizer on (every level, both splits: only the vocabulary)."""
+    texts = []
+    for level, count in ((1, None), (2, 400), (3, 400)):
+        for split in ("train", "test"):
+            for problem in problems(level, split, count if level > 1 else None, seed=seed):
+                texts.append(problem.prompt + problem.completion)
+    return texts
+
+
+def build_tiny_model(
+    directory: str | Path,
+    *,
+    vocab_size: int = 384,
+    hidden_size: int = 64,
+    layers: int = 2,
+    heads: int = 4,
+    seed: int = 0,
+) -> Path:
+    """A small random Llama and a byte-level BPE tokenizer trained on the task, saved with save_pretrained."""
+    # imported here so that importing the task (web process) does not load torch
+    from trainer.models import build_tiny_causal_lm
+
+    return build_tiny_causal_lm(
+        directory,
+        corpus(seed=seed),
+        vocab_size=vocab_size,
+        hidden_size=hidden_size,
+        layers=layers,
+        heads=heads,
+        seed=seed,
+    )
