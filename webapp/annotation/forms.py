@@ -28,7 +28,11 @@ class ImportForm(forms.Form):
 
 
 class SamplingForm(forms.Form):
-    model_path = forms.CharField(max_length=500, help_text="A directory under the model roots, or a hub id.")
+    model_path = forms.CharField(
+        max_length=500,
+        help_text="A registered model or checkpoint, a directory under the model roots, or a hub id.",
+        widget=forms.TextInput(attrs={"list": "known-models", "autocomplete": "off"}),
+    )
     responses_per_prompt = forms.IntegerField(min_value=2, max_value=16, initial=4)
     max_new_tokens = forms.IntegerField(min_value=1, max_value=4096, initial=128)
     temperature = forms.FloatField(min_value=0.0, max_value=5.0, initial=1.0)
