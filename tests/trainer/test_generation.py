@@ -18,7 +18,6 @@ PROMPTS = ["Calculate 2 + 2 * 6\n", "Calculate 7 + 1\n", "Calculate 13 - 4 * 2 +
 
 @pytest.fixture(scope="module")
 def backend(tmp_path_factory):
-    torch.set_num_threads(2)
     directory = build_tiny_model(tmp_path_factory.mktemp("generation-model"))
     model = load_policy(str(directory), device=torch.device("cpu"))
     return HFGenerationBackend(model, load_tokenizer(str(directory)))

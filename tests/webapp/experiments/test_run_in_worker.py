@@ -49,8 +49,9 @@ def test_a_running_run_is_canceled_within_one_step(celery_worker_factory, tiny_m
     run = _create(tiny_model, researcher, max_steps=500, checkpoint_every=0)
     wait_for(lambda: Run.objects.get(pk=run.pk).current_step >= 2, timeout_s=120,
              what=f"two steps\n{worker.log_tail()}")
-    canceled_at = time.time()
     services.run_cancel(run_id=run.pk)
+    # From the moment the cancel is committed: a step that checked should_stop just before it may still run.
+    canceled_at = time.time()
     wait_for(lambda: run_status(run.pk) in FINISHED, timeout_s=60, what="the cancel")
     run.refresh_from_db()
     assert run.status == Run.Status.CANCELED
