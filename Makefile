@@ -9,7 +9,7 @@ TEST_ENV := DATABASE_URL=postgres://postgres@127.0.0.1:5432/preflab \
 	PREFLAB_DATA_DIR=$(CURDIR)/var/test \
 	DEBUG=true
 
-.PHONY: run test services browser lint bench
+.PHONY: run test services browser
 
 run: $(INSTALLED)
 	$(PY) manage.py migrate --noinput
@@ -36,7 +36,3 @@ services:
 # Browser tests drive Debian's Chromium through Playwright (never `playwright install`: no browser downloads).
 browser:
 	@command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)
-
-bench: $(INSTALLED)
-	$(PY) -m pip install --quiet -e '.[bench]'
-	$(PY) bench/run_all.py
