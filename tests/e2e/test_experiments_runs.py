@@ -62,15 +62,16 @@ def test_reward_model_run_launched_from_the_form_is_watched_live_and_its_checkpo
 ):
     celery_worker_factory(queues=("gpu",))
     log_in(page, live_server, "rita", "rita-password-1")
+    # Long enough (seconds, even on a quiet machine) for the page to see the chart grow while it runs.
     run = _launch_and_watch(page, live_server, "reward_model", {
-        "name": "browser rm", "size": "32", "max_steps": "60", "batch_size": "4", "max_length": "64",
-        "max_prompt_length": "16", "checkpoint_every": "30"})
+        "name": "browser rm", "size": "32", "max_steps": "800", "batch_size": "4", "max_length": "64",
+        "max_prompt_length": "16", "checkpoint_every": "400"})
     assert run.kind == "reward_model" and run.created_by == researcher
     assert page.js_errors == []
     page.goto(f"{live_server.url}/models/")
-    checkpoint = ModelRef.objects.get(run=run, step=60)
+    checkpoint = ModelRef.objects.get(run=run, step=800)
     cells = page.locator(f"tr[data-model='{checkpoint.pk}'] td").all_inner_texts()
-    assert cells[1:] == ["checkpoint", checkpoint.path, f"#{run.pk}", "60"]
+    assert cells[1:] == ["checkpoint", checkpoint.path, f"#{run.pk}", "800"]
 
 
 @pytest.mark.skipif("grpo" not in selectors.launchable_kinds(), reason="trainer/cli.py has no GRPO loop registered yet")
@@ -92,10 +93,13 @@ def test_a_run_is_canceled_from_its_page_within_one_step(page, live_server, rese
     log_in(page, live_server, "rita", "rita-password-1")
     page.goto(f"{live_server.url}/runs/{run.pk}/")
     wait_for(lambda: MetricRow.objects.filter(run=run).count() >= 2, timeout_s=120, what="two steps")
-    clicked_at = time.time()
     page.click("#cancel-run")
+    # The click only starts the request: count from when the cancel is committed (seen in the database).
+    wait_for(lambda: Run.objects.filter(pk=run.pk, cancel_requested=True).exists(), timeout_s=30,
+             what="the cancel to be recorded", poll_s=0.005)
+    cancel_seen_at = time.time()
     page.wait_for_selector("#run-status-badge:text('canceled')", timeout=60_000)
-    assert MetricRow.objects.filter(run=run, wall_time__gt=clicked_at).count() <= 1
+    assert MetricRow.objects.filter(run=run, wall_time__gt=cancel_seen_at).count() <= 1
     assert page.js_errors == []
 
 
