@@ -62,7 +62,9 @@
       return [
         { x: [...series.x], y: [...series.y], mode: "lines", line: { color, width: 1 }, opacity: 0.25, hoverinfo: "skip",
           legendgroup: group, showlegend: false, name: `${runs[index].label} raw` },
-        { x: [...series.x], y: smooth(series.y, state.smoothing), mode: "lines", line: { color, width: 2 },
+        // Sparse series (an eval every N steps, or one at the end) get markers: one point has no line to draw.
+        { x: [...series.x], y: smooth(series.y, state.smoothing), mode: series.x.length < 50 ? "lines+markers" : "lines",
+          marker: { color, size: 5 }, line: { color, width: 2 },
           legendgroup: group, name: runs[index].label },
         { x: [...series.badX], y: markerY(series, series.badX), text: [...series.bad], mode: "markers",
           marker: { symbol: "x", size: 11, color: "#c92a2a" }, legendgroup: group, showlegend: false,
@@ -171,6 +173,9 @@
         x: [shifted.x, shifted.x],
         y: [shifted.y, smooth(shifted.y, state.smoothing, lastSmooth)],
       }, [base, base + 1]);
+      if (stored.x.length >= 50 && div.data[base + 1].mode !== "lines") {
+        Plotly.restyle(div, { mode: "lines" }, [base + 1]); // dense now: the markers would only clutter
+      }
       if (shifted.badX.length) {
         Plotly.extendTraces(div, {
           x: [shifted.badX], y: [markerY(stored, shifted.badX)], text: [shifted.bad],
