@@ -13,12 +13,24 @@ RESEARCHER = "researcher"
 ROLES = (ANNOTATOR, RESEARCHER)
 
 
+_ROLE_CACHE = "_preflab_role_names"
+
+
+def _role_names(user: AbstractBaseUser) -> frozenset[str]:
+    # Every page asks several times (navigation, context, decorators): one query per request, not one per ask.
+    names = getattr(user, _ROLE_CACHE, None)
+    if names is None:
+        names = frozenset(user.groups.values_list("name", flat=True))
+        setattr(user, _ROLE_CACHE, names)
+    return names
+
+
 def has_role(user: AbstractBaseUser | AnonymousUser, role: str) -> bool:
     if not user.is_authenticated:
         return False
     if user.is_superuser:
         return True
-    return user.groups.filter(name=role).exists()
+    return role in _role_names(user)
 
 
 def is_researcher(user: AbstractBaseUser | AnonymousUser) -> bool:
@@ -34,6 +46,7 @@ def grant_role(user: AbstractBaseUser, role: str) -> None:
         raise ValueError(f"unknown role {role!r}; expected one of {', '.join(ROLES)}")
     group, _ = Group.objects.get_or_create(name=role)
     user.groups.add(group)
+    user.__dict__.pop(_ROLE_CACHE, None)
 
 
 ViewFunction = Callable[..., HttpResponse]
