@@ -35,6 +35,15 @@ def _option(default: Any, help: str, group: str, **extra: Any) -> Any:
     return field(default=default, metadata=metadata)
 
 
+def _share_prefix_option() -> Any:
+    return _option(
+        True,
+        "Pack each pair into one sequence so the tokens chosen and rejected share (the prompt and any common "
+        "start) are computed once; same results, fewer tokens. Used where the architecture allows it.",
+        "advanced",
+    )
+
+
 def _required(help: str, group: str) -> Any:
     return field(metadata={"help": help, "group": group})
 
@@ -121,6 +130,7 @@ class RewardModelConfig(BaseConfig):
     center_coef: float = _option(
         0.0, "Weight of mean((r_chosen + r_rejected)^2), which keeps rewards centred on 0 (0.01 in TRL).", "optimisation"
     )
+    share_prefix: bool = _share_prefix_option()
 
     def validate(self) -> None:
         super().validate()
@@ -156,6 +166,7 @@ class DPOConfig(BaseConfig):
     precompute_ref_logps: bool = _option(
         True, "Compute reference log-probs once before training and free the reference model.", "advanced"
     )
+    share_prefix: bool = _share_prefix_option()
     eval_max_new_tokens: int = _option(64, "Tokens generated per held-out prompt for eval/accuracy.", "logging")
 
     def validate(self) -> None:

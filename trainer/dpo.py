@@ -1,8 +1,10 @@
 """Direct Preference Optimisation (sigmoid / IPO / hinge, label smoothing) via losses.dpo_loss.
 
 Reference log-probs are computed once before training by default, so the reference model is freed before
-the first step; `precompute_ref_logps=False` keeps a live frozen reference instead. Chosen and rejected
-go through the policy in one forward. IPO uses length-averaged log-probs, the others summed ones.
+the first step; `precompute_ref_logps=False` keeps a live frozen reference instead. Each pair goes through
+the policy as one row whose shared prefix is computed once (trainer.shared_prefix; `share_prefix=False`
+sends chosen and rejected as two rows of one forward). IPO uses length-averaged log-probs, the others
+summed ones.
 
 Held-out rows need a `prompt`; when every one has an `answer`, eval/accuracy is the policy's greedy
 exact-match accuracy on them.
@@ -18,9 +20,9 @@ from torch import Tensor
 from transformers import PreTrainedModel
 
 from trainer.config import DPOConfig
-from trainer.data import PairExample, check_rows, collate_pairs, tokenize_pairs
+from trainer.data import PairExample, SequenceBatch, check_rows, collate_pairs, tokenize_pairs
 from trainer.evaluation import generation_accuracy, has_answers, sample_writer
-from trainer.logprobs import reference_sequence_logps, sequence_logps
+from trainer.logprobs import sequence_logps
 from trainer.loop import (
     LoopParts,
     MicroBatchOutput,
@@ -30,17 +32,49 @@ from trainer.loop import (
 )
 from trainer.losses import dpo_loss
 from trainer.models import load_policy, load_reference
+from trainer.shared_prefix import PackedPairs, pack_pairs, packed_sequence_logps, supports_shared_prefix
 from trainer.sink import Sink
 
+PairBatch = PackedPairs | SequenceBatch
 
+
+def pair_batch(pairs: Sequence[PairExample], *, pad_token_id: int, share_prefix: bool, device: torch.device) -> PairBatch:
+    """One row per pair with a shared prefix, or chosen rows then rejected rows."""
+    if share_prefix:
+        return pack_pairs(pairs, pad_token_id=pad_token_id).to(device)
+    return collate_pairs(pairs, pad_token_id=pad_token_id).to(device)
+
+
+def pair_sequence_logps(model: PreTrainedModel, batch: PairBatch, *, average: bool) -> tuple[Tensor, Tensor]:
+    """(logps [2B], lengths [2B]): chosen rows first."""
+    if isinstance(batch, PackedPairs):
+        return packed_sequence_logps(model, batch, average=average)
+    return sequence_logps(model, batch, average=average)
+
+
+def batch_tokens(batch: PairBatch) -> int:
+    """Tokens of the chosen and rejected sequences, however they were laid out."""
+    return batch.sequence_tokens if isinstance(batch, PackedPairs) else batch.tokens
+
+
+@torch.no_grad()
 def reference_logps(
-    reference: PreTrainedModel, pairs: Sequence[PairExample], *, pad_token_id: int, batch_size: int, average: bool
+    reference: PreTrainedModel,
+    pairs: Sequence[PairExample],
+    *,
+    pad_token_id: int,
+    batch_size: int,
+    average: bool,
+    share_prefix: bool,
 ) -> Tensor:
     """[N, 2]: (chosen, rejected) completion log-probs of every pair under the reference."""
+    share_prefix = share_prefix and supports_shared_prefix(reference)
     columns = []
     for start in range(0, len(pairs), batch_size):
-        batch = collate_pairs(pairs[start : start + batch_size], pad_token_id=pad_token_id).to(reference.device)
-        columns.append(reference_sequence_logps(reference, batch, average=average).view(2, -1).T)
+        chunk = pair_batch(
+            pairs[start : start + batch_size], pad_token_id=pad_token_id, share_prefix=share_prefix, device=reference.device
+        )
+        columns.append(pair_sequence_logps(reference, chunk, average=average)[0].view(2, -1).T)
     return torch.cat(columns)
 
 
@@ -64,19 +98,28 @@ class DPOObjective:
         self.ref_logps = ref_logps
         self.reference = reference
         self.average = config.loss_type == "ipo"
+        self.share_prefix = config.share_prefix and supports_shared_prefix(model)
+        if reference is not None:
+            self.share_prefix = self.share_prefix and supports_shared_prefix(reference)
 
     def micro_batches(self, indices: list[int], count: int) -> Iterator[MicroBatchOutput]:
         chunk = len(indices) // count
         for start in range(0, len(indices), chunk):
             micro = indices[start : start + chunk]
-            batch = collate_pairs([self.pairs[i] for i in micro], pad_token_id=self.pad_token_id).to(self.model.device)
-            logps, lengths = sequence_logps(self.model, batch, average=self.average)
+            batch = pair_batch(
+                [self.pairs[i] for i in micro],
+                pad_token_id=self.pad_token_id,
+                share_prefix=self.share_prefix,
+                device=self.model.device,
+            )
+            logps, lengths = pair_sequence_logps(self.model, batch, average=self.average)
             chosen, rejected = logps[: len(micro)], logps[len(micro) :]
             if self.ref_logps is not None:
                 ref = self.ref_logps[micro].to(logps.device)
                 ref_chosen, ref_rejected = ref[:, 0], ref[:, 1]
             else:
-                ref = reference_sequence_logps(self.reference, batch, average=self.average)
+                with torch.no_grad():
+                    ref = pair_sequence_logps(self.reference, batch, average=self.average)[0]
                 ref_chosen, ref_rejected = ref[: len(micro)], ref[len(micro) :]
             losses, chosen_rewards, rejected_rewards = dpo_loss(
                 chosen,
@@ -98,7 +141,7 @@ class DPOObjective:
                 "logps/chosen": chosen.detach().mean().item(),
                 "logps/rejected": rejected.detach().mean().item(),
             }
-            yield MicroBatchOutput(losses.sum() / len(indices), metrics, batch.tokens)
+            yield MicroBatchOutput(losses.sum() / len(indices), metrics, batch_tokens(batch))
 
 
 def train(config: DPOConfig, data: Sequence[dict], sink: Sink, *, eval_data: Sequence[dict] | None = None) -> TrainResult:
@@ -114,7 +157,12 @@ def train(config: DPOConfig, data: Sequence[dict], sink: Sink, *, eval_data: Seq
     ref_logps = None
     if config.precompute_ref_logps:
         ref_logps = reference_logps(
-            reference, pairs, pad_token_id=pad_token_id, batch_size=config.batch_size, average=config.loss_type == "ipo"
+            reference,
+            pairs,
+            pad_token_id=pad_token_id,
+            batch_size=config.batch_size,
+            average=config.loss_type == "ipo",
+            share_prefix=config.share_prefix,
         )
         del reference
         gc.collect()

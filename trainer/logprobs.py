@@ -7,7 +7,6 @@ on long prompts.
 
 from __future__ import annotations
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor
 from transformers import PreTrainedModel
@@ -49,9 +48,3 @@ def sequence_logps(
     lengths = mask.sum(dim=1)
     summed = token_logps.sum(dim=1)
     return (summed / lengths.clamp(min=1) if average else summed), lengths
-
-
-@torch.no_grad()
-def reference_sequence_logps(model: PreTrainedModel, batch: SequenceBatch, *, average: bool = False) -> Tensor:
-    """sequence_logps [N] under a frozen model, without building a graph."""
-    return sequence_logps(model, batch, average=average)[0]

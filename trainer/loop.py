@@ -81,7 +81,9 @@ def total_steps(config: BaseConfig, dataset_size: int) -> int:
 
 def build_optimizer(model: torch.nn.Module, config: BaseConfig) -> AdamW:
     parameters = [p for p in model.parameters() if p.requires_grad]
-    return AdamW(parameters, lr=config.lr, weight_decay=config.weight_decay)
+    # the fused kernel updates every tensor in one pass (CPU and CUDA); other devices take the foreach path
+    fused = all(p.device.type in ("cpu", "cuda") for p in parameters)
+    return AdamW(parameters, lr=config.lr, weight_decay=config.weight_decay, fused=fused or None)
 
 
 def lr_factor(step: int, *, warmup: int, total: int, kind: str) -> float:

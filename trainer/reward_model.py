@@ -1,6 +1,7 @@
 """Reward model: a sequence classifier with one output, trained with the Bradley-Terry loss on
-preference pairs (optional per-pair weight and margin, optional centring term). Chosen and rejected
-sequences of a micro-batch go through the model in one forward.
+preference pairs (optional per-pair weight and margin, optional centring term). Each pair goes through
+the model as one row whose shared prefix is computed once, and the last layer runs only at the two
+scored tokens (trainer.shared_prefix, trainer.selective_forward).
 
 eval/accuracy is the fraction of held-out pairs scored chosen > rejected; eval/margin their mean gap.
 """
@@ -24,11 +25,18 @@ from trainer.loop import (
 )
 from trainer.losses import bradley_terry_loss
 from trainer.models import load_reward_model
+from trainer.shared_prefix import pack_pairs, packed_pair_scores, supports_shared_prefix
 from trainer.sink import Sink
 
 
-def pair_scores(model: PreTrainedModel, pairs: Sequence[PairExample], *, pad_token_id: int) -> tuple[Tensor, Tensor, int]:
-    """(chosen scores [B], rejected scores [B], tokens processed)."""
+def pair_scores(
+    model: PreTrainedModel, pairs: Sequence[PairExample], *, pad_token_id: int, share_prefix: bool
+) -> tuple[Tensor, Tensor, int]:
+    """(chosen scores [B], rejected scores [B], tokens of the chosen and rejected sequences)."""
+    if share_prefix:
+        packed = pack_pairs(pairs, pad_token_id=pad_token_id).to(model.device)
+        chosen, rejected = packed_pair_scores(model, packed)
+        return chosen, rejected, packed.sequence_tokens
     batch = collate_pairs(pairs, pad_token_id=pad_token_id).to(model.device)
     scores = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False).logits
     scores = scores.squeeze(-1).float()
@@ -47,9 +55,16 @@ def preference_metrics(chosen: Tensor, rejected: Tensor) -> dict[str, float]:
 
 class RewardObjective:
     def __init__(
-        self, model: PreTrainedModel, pairs: Sequence[PairExample], *, pad_token_id: int, center_coef: float
+        self,
+        model: PreTrainedModel,
+        pairs: Sequence[PairExample],
+        *,
+        pad_token_id: int,
+        center_coef: float,
+        share_prefix: bool,
     ) -> None:
         self.model = model
+        self.share_prefix = share_prefix and supports_shared_prefix(model)
         self.pairs = pairs
         self.pad_token_id = pad_token_id
         self.center_coef = center_coef
@@ -59,7 +74,7 @@ class RewardObjective:
         step_weight = sum(self.pairs[i].weight for i in indices)
         for start in range(0, len(indices), chunk):
             pairs = [self.pairs[i] for i in indices[start : start + chunk]]
-            chosen, rejected, tokens = pair_scores(self.model, pairs, pad_token_id=self.pad_token_id)
+            chosen, rejected, tokens = pair_scores(self.model, pairs, pad_token_id=self.pad_token_id, share_prefix=self.share_prefix)
             weights = torch.tensor([pair.weight for pair in pairs], device=chosen.device)
             margins = torch.tensor([pair.margin for pair in pairs], device=chosen.device)
             loss = bradley_terry_loss(
@@ -78,7 +93,9 @@ class RewardObjective:
         self.model.eval()
         chosen, rejected = [], []
         for start in range(0, len(pairs), batch_size):
-            c, r, _ = pair_scores(self.model, pairs[start : start + batch_size], pad_token_id=self.pad_token_id)
+            c, r, _ = pair_scores(
+                self.model, pairs[start : start + batch_size], pad_token_id=self.pad_token_id, share_prefix=self.share_prefix
+            )
             chosen.append(c)
             rejected.append(r)
         self.model.train()
@@ -94,7 +111,13 @@ def train(
     pairs = tokenize_pairs(data, tokenizer, start.limits, add_eos=True)
     eval_pairs = tokenize_pairs(eval_data, tokenizer, start.limits, add_eos=True, name="eval data") if eval_data else None
     model = load_reward_model(start.weights, pad_token_id=tokenizer.pad_token_id, **start.model_options)
-    objective = RewardObjective(model, pairs, pad_token_id=tokenizer.pad_token_id, center_coef=config.center_coef)
+    objective = RewardObjective(
+        model,
+        pairs,
+        pad_token_id=tokenizer.pad_token_id,
+        center_coef=config.center_coef,
+        share_prefix=config.share_prefix,
+    )
     parts = LoopParts(
         config=config,
         model=model,
