@@ -19,6 +19,15 @@ import torch
 from torch import Tensor
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
+from trainer.fast_decode import KVDecoder, supports_fast_decode
+from trainer.selective_forward import (
+    additive_mask,
+    hidden_states_at,
+    padded_causal_allowed,
+    supports_selective_forward,
+    unwrapped,
+)
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -156,21 +165,26 @@ def _sample_next(logits: Tensor, params: SamplingParams) -> tuple[Tensor, Tensor
         truncating = params.top_k > 0 or params.top_p < 1.0
         filtered = filter_top_k_top_p(scaled, top_k=params.top_k, top_p=params.top_p) if truncating else None
         probs = filtered.softmax(dim=-1) if truncating else logprobs.exp()
-        # argmax(p / Exp(1) noise) draws from p (the exponential race), far cheaper than multinomial here
-        tokens = (probs / torch.empty_like(probs).exponential_()).argmax(dim=-1)
+        # argmax(p / Exp(1) noise) draws from p (the exponential race), far cheaper than multinomial here;
+        # -log(U) is the Exp(1) draw (U = 0 gives inf, and that token is simply never picked)
+        noise = torch.rand_like(probs).log_().neg_()
+        tokens = (probs / noise).argmax(dim=-1)
     return tokens, logprobs.gather(-1, tokens[:, None]).squeeze(-1)
 
 
 class HFGenerationBackend:
     """Samples from an in-process transformers causal LM.
 
-    Each prompt is prefilled once; its KV cache is then repeated G times (`batch_repeat_interleave`) and
-    the B*G rows decode together with our own loop, which records the sampling log-probs on the way.
+    Each prompt is prefilled once; its KV cache is then repeated G times and the B*G rows decode together
+    with our own loop, which records the sampling log-probs on the way. Llama-family models decode through
+    trainer.fast_decode (same numbers, far less per-token overhead); others, or `fast_decode=False`, through
+    the model's own forward with a DynamicCache.
     """
 
-    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> None:
+    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, *, fast_decode: bool = True) -> None:
         self.model = model
         self.tokenizer = tokenizer
+        self.fast_decode = fast_decode
         eos = tokenizer.eos_token_id
         if eos is None:
             raise ValueError("the tokenizer has no eos_token_id: generation could never stop")
@@ -203,24 +217,10 @@ class HFGenerationBackend:
         group, max_new = params.group_size, params.max_new_tokens
         rows = prompt_ids.shape[0] * group
         device = prompt_ids.device
+        stepper_class = FastDecodeStepper if self.fast_decode and supports_fast_decode(self.model) else TransformersStepper
+        stepper = stepper_class(self.model, prompt_ids, prompt_mask, group=group, max_new_tokens=max_new)
+        logits = stepper.prefill()
 
-        cache = DynamicCache(config=self.model.config)
-        positions = position_ids_from_mask(prompt_mask)
-        out = self.model(
-            input_ids=prompt_ids,
-            attention_mask=prompt_mask,
-            position_ids=positions,
-            past_key_values=cache,
-            use_cache=True,
-            logits_to_keep=1,
-        )
-        cache.batch_repeat_interleave(group)
-        logits = out.logits[:, -1].repeat_interleave(group, dim=0)
-
-        prompt_width = prompt_ids.shape[1]
-        attention = torch.ones(rows, prompt_width + max_new, dtype=prompt_mask.dtype, device=device)
-        attention[:, :prompt_width] = prompt_mask.repeat_interleave(group, dim=0)
-        next_position = positions[:, -1].repeat_interleave(group) + 1
         tokens = torch.full((rows, max_new), self.pad_token_id, dtype=torch.long, device=device)
         logprobs = torch.zeros(rows, max_new, device=device)
         alive = torch.ones(rows, dtype=torch.bool, device=device)
@@ -233,14 +233,7 @@ class HFGenerationBackend:
             alive &= next_tokens != self.eos_token_id
             if step == max_new - 1 or not alive.any():
                 break
-            out = self.model(
-                input_ids=tokens[:, step : step + 1],
-                attention_mask=attention[:, : prompt_width + step + 1],
-                position_ids=(next_position + step)[:, None],
-                past_key_values=cache,
-                use_cache=True,
-            )
-            logits = out.logits[:, -1]
+            logits = stepper.decode(tokens[:, step : step + 1], step)
 
         tokens, logprobs = tokens[:, :steps], logprobs[:, :steps]
         mask = _completion_mask(tokens, self.eos_token_id)
@@ -254,6 +247,73 @@ class HFGenerationBackend:
             texts=self.tokenizer.batch_decode(tokens, skip_special_tokens=True),
             group_size=group,
         )
+
+
+class TransformersStepper:
+    """Any transformers causal LM: its own forward with a DynamicCache."""
+
+    def __init__(self, model: PreTrainedModel, prompt_ids: Tensor, prompt_mask: Tensor, *, group: int, max_new_tokens: int) -> None:
+        self.model, self.prompt_ids, self.prompt_mask, self.group = model, prompt_ids, prompt_mask, group
+        self.cache = DynamicCache(config=model.config)
+        self.positions = position_ids_from_mask(prompt_mask)
+        rows, width = prompt_ids.shape[0] * group, prompt_ids.shape[1]
+        self.attention = torch.ones(rows, width + max_new_tokens, dtype=prompt_mask.dtype, device=prompt_ids.device)
+        self.attention[:, :width] = prompt_mask.repeat_interleave(group, dim=0)
+        self.next_position = self.positions[:, -1].repeat_interleave(group) + 1
+
+    def prefill(self) -> Tensor:
+        """Logits [B*G, V] after each prompt; the prompt is computed once and its cache repeated G times."""
+        out = self.model(
+            input_ids=self.prompt_ids,
+            attention_mask=self.prompt_mask,
+            position_ids=self.positions,
+            past_key_values=self.cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        self.cache.batch_repeat_interleave(self.group)
+        return out.logits[:, -1].repeat_interleave(self.group, dim=0)
+
+    def decode(self, tokens: Tensor, step: int) -> Tensor:
+        """Logits [B*G, V] after completion token `step` (tokens [B*G, 1])."""
+        width = self.prompt_ids.shape[1]
+        out = self.model(
+            input_ids=tokens,
+            attention_mask=self.attention[:, : width + step + 1],
+            position_ids=(self.next_position + step)[:, None],
+            past_key_values=self.cache,
+            use_cache=True,
+        )
+        return out.logits[:, -1]
+
+
+class FastDecodeStepper:
+    """Llama-family models through trainer.fast_decode: the same numbers, a fraction of the overhead."""
+
+    def __init__(self, model: PreTrainedModel, prompt_ids: Tensor, prompt_mask: Tensor, *, group: int, max_new_tokens: int) -> None:
+        self.prompt_ids, self.group = prompt_ids, group
+        count, width = prompt_ids.shape
+        device = prompt_ids.device
+        prompt_positions = position_ids_from_mask(prompt_mask)
+        continued = prompt_positions[:, -1:] + 1 + torch.arange(max_new_tokens, device=device)
+        self.decoder = KVDecoder(
+            model, rows=count, capacity=width + max_new_tokens, positions=torch.cat([prompt_positions, continued], dim=1)
+        )
+        valid = torch.cat([prompt_mask.bool(), torch.ones(count, max_new_tokens, dtype=torch.bool, device=device)], dim=1)
+        causal = torch.ones(width, width, dtype=torch.bool, device=device).tril()
+        # a left-padding query sees only itself, so no softmax row is empty
+        prefill_allowed = (causal & valid[:, None, :width]) | torch.eye(width, dtype=torch.bool, device=device)
+        dtype = self.decoder.keys[0].dtype
+        self.prefill_bias = additive_mask(prefill_allowed[:, None], dtype)
+        self.decode_bias = additive_mask(valid.repeat_interleave(group, dim=0)[:, None, None, :], dtype)
+
+    def prefill(self) -> Tensor:
+        logits = self.decoder.forward(self.prompt_ids, self.prefill_bias)
+        self.decoder.repeat_rows(self.group)
+        return logits.repeat_interleave(self.group, dim=0)
+
+    def decode(self, tokens: Tensor, step: int) -> Tensor:
+        return self.decoder.forward(tokens, self.decode_bias[..., : self.prompt_ids.shape[1] + step + 1])
 
 
 def _completion_mask(tokens: Tensor, eos_token_id: int) -> Tensor:
@@ -284,13 +344,17 @@ def completion_logprobs(
     width = completion.shape[1]
     input_ids = torch.cat([samples.prompt_ids.repeat_interleave(group, dim=0), completion], dim=1)
     attention = torch.cat([samples.prompt_mask.repeat_interleave(group, dim=0), samples.completion_mask], dim=1)
-    logits = model(
-        input_ids=input_ids,
-        attention_mask=attention,
-        position_ids=position_ids_from_mask(attention),
-        use_cache=False,
-        logits_to_keep=width + 1,
-    ).logits[:, :-1].float()
+    positions = position_ids_from_mask(attention)
+    if supports_selective_forward(model):
+        # the logits that predict the completion tokens: positions P-1 .. P+T-2 of the left-padded prompt P
+        prompt_width = samples.prompt_ids.shape[1]
+        read = torch.arange(prompt_width - 1, prompt_width + width - 1, device=input_ids.device).expand(len(input_ids), -1)
+        hidden = hidden_states_at(model, input_ids, padded_causal_allowed(attention), positions, read)
+        logits = unwrapped(model).get_output_embeddings()(hidden).float()
+    else:
+        logits = model(
+            input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=False, logits_to_keep=width + 1
+        ).logits[:, :-1].float()
     if temperature > 0:
         logits = logits / temperature
     logprobs = logits.log_softmax(dim=-1).gather(-1, completion[..., None]).squeeze(-1)

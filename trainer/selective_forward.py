@@ -40,6 +40,15 @@ def additive_mask(allowed: Tensor, dtype: torch.dtype) -> Tensor:
     return bias.masked_fill_(~allowed, torch.finfo(dtype).min)
 
 
+def padded_causal_allowed(attention_mask: Tensor) -> Tensor:
+    """[B, 1, W, W] causal attention over the non-padding keys of a 2D mask; a padding query sees itself."""
+    width = attention_mask.shape[1]
+    device = attention_mask.device
+    causal = torch.ones((width, width), dtype=torch.bool, device=device).tril()
+    allowed = (causal & attention_mask.bool()[:, None, :]) | torch.eye(width, dtype=torch.bool, device=device)
+    return allowed[:, None]
+
+
 def hidden_states_at(
     model: PreTrainedModel, input_ids: Tensor, allowed: Tensor, position_ids: Tensor, read: Tensor
 ) -> Tensor:

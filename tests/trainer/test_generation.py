@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from trainer.fast_decode import KVDecoder, supports_fast_decode
 from trainer.generation import (
     HFGenerationBackend,
     SamplingParams,
@@ -17,10 +18,36 @@ PROMPTS = ["Calculate 2 + 2 * 6\n", "Calculate 7 + 1\n", "Calculate 13 - 4 * 2 +
 
 
 @pytest.fixture(scope="module")
-def backend(tmp_path_factory):
-    directory = build_tiny_model(tmp_path_factory.mktemp("generation-model"))
-    model = load_policy(str(directory), device=torch.device("cpu"))
-    return HFGenerationBackend(model, load_tokenizer(str(directory)))
+def model_dir(tmp_path_factory):
+    return build_tiny_model(tmp_path_factory.mktemp("generation-model"))
+
+
+@pytest.fixture(scope="module", params=["fast", "transformers"])
+def backend(request, model_dir):
+    model = load_policy(str(model_dir), device=torch.device("cpu"))
+    return HFGenerationBackend(model, load_tokenizer(str(model_dir)), fast_decode=request.param == "fast")
+
+
+@pytest.fixture(scope="module")
+def transformers_backend(model_dir):
+    """Decoding through the model's own forward, so a test can reach its logits."""
+    model = load_policy(str(model_dir), device=torch.device("cpu"))
+    return HFGenerationBackend(model, load_tokenizer(str(model_dir)), fast_decode=False)
+
+
+def test_the_fast_decoder_samples_what_the_transformers_forward_samples(model_dir):
+    model = load_policy(str(model_dir), device=torch.device("cpu"))
+    tokenizer = load_tokenizer(str(model_dir))
+    assert supports_fast_decode(model)
+    outputs = []
+    for fast in (True, False):
+        torch.manual_seed(3)
+        params = SamplingParams(group_size=5, max_new_tokens=14, temperature=1.0)
+        outputs.append(HFGenerationBackend(model, tokenizer, fast_decode=fast).generate(PROMPTS, params))
+    fast, reference = outputs
+    assert torch.equal(fast.completion_ids, reference.completion_ids)
+    torch.testing.assert_close(fast.logprobs, reference.logprobs, atol=1e-5, rtol=1e-5)
+    assert torch.equal(fast.truncated, reference.truncated)
 
 
 def test_greedy_equals_transformers_generate(backend):
@@ -51,21 +78,33 @@ def test_sampling_logprobs_equal_a_full_forward_at_the_same_temperature(backend,
     assert (samples.logprobs[samples.completion_mask == 0] == 0).all()
 
 
-def test_prefill_happens_once_per_prompt_not_per_completion(backend):
+def test_prefill_happens_once_per_prompt_not_per_completion(backend, monkeypatch):
     batch_sizes = []
-    hook = backend.model.register_forward_pre_hook(
-        lambda module, args, kwargs: batch_sizes.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True
-    )
+    if backend.fast_decode:
+        original = KVDecoder.forward
+
+        def recording_forward(self, input_ids, key_bias):
+            batch_sizes.append(tuple(input_ids.shape))
+            return original(self, input_ids, key_bias)
+
+        monkeypatch.setattr(KVDecoder, "forward", recording_forward)
+        hook = None
+    else:
+        hook = backend.model.register_forward_pre_hook(
+            lambda module, args, kwargs: batch_sizes.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True
+        )
     try:
         backend.generate(PROMPTS, SamplingParams(group_size=8, max_new_tokens=3))
     finally:
-        hook.remove()
+        if hook is not None:
+            hook.remove()
     prefill, *decode = batch_sizes
     assert prefill[0] == len(PROMPTS) and prefill[1] > 1
     assert all(shape == (len(PROMPTS) * 8, 1) for shape in decode)
 
 
-def test_completion_mask_and_truncation_from_a_forced_eos(backend, monkeypatch):
+def test_completion_mask_and_truncation_from_a_forced_eos(transformers_backend, monkeypatch):
+    backend = transformers_backend
     eos = backend.eos_token_id
     original_forward = backend.model.forward
     calls = {"n": 0}
@@ -93,7 +132,8 @@ def test_completion_mask_and_truncation_from_a_forced_eos(backend, monkeypatch):
     assert even.shape == (2, 5)
 
 
-def test_the_batch_stops_when_every_sequence_has_ended(backend, monkeypatch):
+def test_the_batch_stops_when_every_sequence_has_ended(transformers_backend, monkeypatch):
+    backend = transformers_backend
     eos = backend.eos_token_id
     original_forward = backend.model.forward
 
