@@ -9,12 +9,14 @@ attention call per layer. Its logits equal the transformers forward's to float r
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from transformers import PreTrainedModel
 
-from trainer.selective_forward import supports_selective_forward, unwrapped
+from trainer.selective_forward import rotary, supports_selective_forward, unwrapped
 
 
 def supports_fast_decode(model: PreTrainedModel) -> bool:
@@ -51,6 +53,7 @@ class KVDecoder:
         probe = torch.empty(0, dtype=dtype, device=device)
         self.cos, self.sin = self.body.rotary_emb(probe, position_ids=positions)  # [rows, capacity, D]
         self.length = 0
+        self.fused = fused_projections(self.layers, self.head_dim)
 
     def repeat_rows(self, times: int) -> None:
         """Each row becomes `times` consecutive rows (a prompt's cache shared by its group)."""
@@ -67,18 +70,16 @@ class KVDecoder:
         end = start + count
         cos, sin = self.cos[:, None, start:end], self.sin[:, None, start:end]
         hidden = self.body.embed_tokens(input_ids)
-        for layer, keys, values in zip(self.layers, self.keys, self.values, strict=True):
+        for index, (layer, keys, values) in enumerate(zip(self.layers, self.keys, self.values, strict=True)):
             attention = layer.self_attn
             normed = _rms_norm(hidden, layer.input_layernorm)
-            query = _linear(attention.q_proj, normed).unflatten(-1, (-1, self.head_dim))
-            key = _linear(attention.k_proj, normed).unflatten(-1, (-1, self.head_dim))
-            if hasattr(attention, "q_norm"):  # Qwen3 normalises each head before the rotation
-                query, key = attention.q_norm(query), attention.k_norm(key)
-            heads = query.shape[2]
-            # queries and keys rotate together: one rotation per layer instead of two
-            rotated = _rotate(torch.cat([query, key], dim=2).transpose(1, 2), cos, sin)
+            if self.fused is not None:
+                rotated, value = self.fused[index].queries_keys_values(normed, self.cos[:, start:end, None], self.sin[:, start:end, None])
+            else:
+                rotated, value = self._queries_keys_values(attention, normed, cos, sin)
+            heads = rotated.shape[1] - self.kv_heads
             keys[:, :, start:end] = rotated[:, heads:]
-            values[:, :, start:end] = _linear(attention.v_proj, normed).unflatten(-1, (-1, self.head_dim)).transpose(1, 2)
+            values[:, :, start:end] = value
             attended = F.scaled_dot_product_attention(
                 rotated[:, :heads],
                 keys[:, :, :end],
@@ -88,9 +89,103 @@ class KVDecoder:
                 enable_gqa=heads != self.kv_heads,
             )
             hidden = hidden + _linear(attention.o_proj, attended.transpose(1, 2).flatten(2))
-            hidden = hidden + _mlp(layer.mlp, _rms_norm(hidden, layer.post_attention_layernorm))
+            normed = _rms_norm(hidden, layer.post_attention_layernorm)
+            mlp_out = self.fused[index].mlp(layer.mlp, normed) if self.fused is not None else _mlp(layer.mlp, normed)
+            hidden = hidden + mlp_out
         self.length = end
         return self.head(_rms_norm(hidden[:, -1], self.body.norm))
+
+
+    def _queries_keys_values(self, attention: nn.Module, normed: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
+        """(rotated queries and keys [N, heads + kv_heads, q, D], values [N, kv_heads, q, D])."""
+        query = _linear(attention.q_proj, normed).unflatten(-1, (-1, self.head_dim))
+        key = _linear(attention.k_proj, normed).unflatten(-1, (-1, self.head_dim))
+        if hasattr(attention, "q_norm"):  # Qwen3 normalises each head before the rotation
+            query, key = attention.q_norm(query), attention.k_norm(key)
+        # queries and keys rotate together: one rotation per layer instead of two
+        rotated = rotary(torch.cat([query, key], dim=2).transpose(1, 2), cos, sin)
+        value = _linear(attention.v_proj, normed).unflatten(-1, (-1, self.head_dim)).transpose(1, 2)
+        return rotated, value
+
+
+# Fusing copies the projection weights once per sampling call; worth it only while the matrices are small
+# (per-call overhead dominates), and never at the price of a large second copy of the model.
+FUSED_WEIGHTS_MAX_BYTES = 256 * 2**20
+
+
+@dataclass(frozen=True)
+class FusedLayer:
+    """One layer's projections as two matrices: [q, k, rotate_half(q), rotate_half(k), v] and [gate, up].
+
+    rotate_half is linear in the weights' rows, so the rotary embedding becomes q*cos + q_rot*sin with both
+    terms from the same product.
+    """
+
+    attention_weight: Tensor
+    attention_bias: Tensor | None
+    gate_up_weight: Tensor
+    gate_up_bias: Tensor | None
+    query_key_width: int
+    head_dim: int
+
+    def queries_keys_values(self, normed: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
+        """cos, sin [N, q, 1, D]; returns as KVDecoder._queries_keys_values."""
+        projected = F.linear(normed, self.attention_weight, self.attention_bias)
+        width, head_dim = self.query_key_width, self.head_dim
+        query_key = projected[..., :width].unflatten(-1, (-1, head_dim))
+        query_key_rotated_half = projected[..., width : 2 * width].unflatten(-1, (-1, head_dim))
+        value = projected[..., 2 * width :].unflatten(-1, (-1, head_dim))
+        rotated = query_key * cos + query_key_rotated_half * sin
+        return rotated.transpose(1, 2), value.transpose(1, 2)
+
+    def mlp(self, mlp: nn.Module, x: Tensor) -> Tensor:
+        gate, up = F.linear(x, self.gate_up_weight, self.gate_up_bias).chunk(2, dim=-1)
+        return _linear(mlp.down_proj, mlp.act_fn(gate) * up)
+
+
+def fused_projections(layers: list[nn.Module], head_dim: int) -> list[FusedLayer] | None:
+    """Fused weights for every layer, or None when a projection is not a plain Linear (LoRA, quantised),
+    the model normalises heads before the rotation (Qwen3), or the copies would be too large."""
+    projections = [
+        (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj, layer.mlp.gate_proj, layer.mlp.up_proj)
+        for layer in layers
+    ]
+    if any(hasattr(layer.self_attn, "q_norm") for layer in layers):
+        return None
+    if not all(type(module) is nn.Linear for group in projections for module in group):
+        return None
+    def nbytes(module: nn.Linear) -> int:
+        return module.weight.numel() * module.weight.element_size()
+
+    # every projection once, and the query and key rows a second time (rotated)
+    copied = sum(nbytes(module) for group in projections for module in group)
+    copied += sum(nbytes(query) + nbytes(key) for query, key, *_ in projections)
+    if copied > FUSED_WEIGHTS_MAX_BYTES:
+        return None
+    return [_fuse_layer(*group, head_dim=head_dim) for group in projections]
+
+
+def _fuse_layer(q: nn.Linear, k: nn.Linear, v: nn.Linear, gate: nn.Linear, up: nn.Linear, *, head_dim: int) -> FusedLayer:
+    def rotated_half(weight: Tensor) -> Tensor:
+        heads = weight.unflatten(0, (-1, head_dim))
+        half = head_dim // 2
+        return torch.cat([-heads[:, half:], heads[:, :half]], dim=1).flatten(0, 1)
+
+    def joined(parts: list[Tensor | None]) -> Tensor | None:
+        return None if any(part is None for part in parts) else torch.cat(parts).detach()
+
+    query_key_weight = torch.cat([q.weight, k.weight])
+    query_key_bias = joined([q.bias, k.bias])
+    return FusedLayer(
+        attention_weight=torch.cat([query_key_weight, rotated_half(query_key_weight), v.weight]).detach(),
+        attention_bias=None
+        if query_key_bias is None or v.bias is None
+        else torch.cat([query_key_bias, rotated_half(query_key_bias[:, None])[:, 0], v.bias]).detach(),
+        gate_up_weight=torch.cat([gate.weight, up.weight]).detach(),
+        gate_up_bias=joined([gate.bias, up.bias]),
+        query_key_width=query_key_weight.shape[0],
+        head_dim=head_dim,
+    )
 
 
 def _rms_norm(hidden: Tensor, norm: nn.Module) -> Tensor:
@@ -112,9 +207,3 @@ def _linear(module: nn.Module, x: Tensor) -> Tensor:
 def _mlp(mlp: nn.Module, x: Tensor) -> Tensor:
     """The gated MLP: down(act(gate(x)) * up(x))."""
     return _linear(mlp.down_proj, mlp.act_fn(_linear(mlp.gate_proj, x)) * _linear(mlp.up_proj, x))
-
-
-def _rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """Rotary embedding, half-rotation convention; x [N, heads, q, D], cos/sin [N, 1, q, D]."""
-    half = x.shape[-1] // 2
-    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin

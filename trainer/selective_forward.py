@@ -91,8 +91,8 @@ def _last_layer_at(layer: nn.Module, hidden: Tensor, read: Tensor, query_mask: T
     value = attention.v_proj(normed).view(batch, width, -1, head_dim)
     if hasattr(attention, "q_norm"):  # Qwen3 normalises each head before the rotation
         query, key = attention.q_norm(query), attention.k_norm(key)
-    query = _rotate(query.transpose(1, 2), _gather_rows(cos, read), _gather_rows(sin, read))
-    key = _rotate(key.transpose(1, 2), cos, sin)
+    query = rotary(query.transpose(1, 2), _gather_rows(cos, read)[:, None], _gather_rows(sin, read)[:, None])
+    key = rotary(key.transpose(1, 2), cos[:, None], sin[:, None])
     value = value.transpose(1, 2)
     groups = query.shape[1] // key.shape[1]
     if groups > 1:
@@ -106,9 +106,7 @@ def _last_layer_at(layer: nn.Module, hidden: Tensor, read: Tensor, query_mask: T
     return residual + layer.mlp(layer.post_attention_layernorm(residual))
 
 
-def _rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """Rotary embedding, half-rotation convention; x [B, heads, K, D], cos/sin [B, K, D]."""
-    cos, sin = cos[:, None], sin[:, None]
+def rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotary embedding, half-rotation convention; x [N, heads, q, D], cos/sin broadcastable to it."""
     half = x.shape[-1] // 2
-    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos + rotated * sin
+    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin

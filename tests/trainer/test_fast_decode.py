@@ -1,0 +1,94 @@
+"""The lean decoder's logits equal the transformers forward's, fused or not, for each supported family."""
+
+import pytest
+import torch
+from transformers import (
+    LlamaConfig,
+    LlamaForCausalLM,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+)
+
+from trainer import fast_decode
+from trainer.fast_decode import KVDecoder, fused_projections, supports_fast_decode
+from trainer.generation import position_ids_from_mask
+from trainer.models import LoraOptions, load_policy
+from trainer.selective_forward import additive_mask
+
+SIZES = {"vocab_size": 97, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+         "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8, "max_position_embeddings": 64}
+
+
+def _logits_step_by_step(model, prompt_ids, prompt_mask, continuation):
+    """Decoder logits after the prompt and after each continuation token, as [steps + 1, N, V]."""
+    count, width = prompt_ids.shape
+    steps = continuation.shape[1]
+    positions = position_ids_from_mask(prompt_mask)
+    positions = torch.cat([positions, positions[:, -1:] + 1 + torch.arange(steps)], dim=1)
+    decoder = KVDecoder(model, rows=count, capacity=width + steps, positions=positions)
+    valid = torch.cat([prompt_mask.bool(), torch.ones(count, steps, dtype=torch.bool)], dim=1)
+    allowed = (torch.ones(width, width, dtype=torch.bool).tril() & valid[:, None, :width]) | torch.eye(width, dtype=torch.bool)
+    outputs = [decoder.forward(prompt_ids, additive_mask(allowed[:, None], torch.float32))]
+    for step in range(steps):
+        bias = additive_mask(valid[:, None, None, : width + step + 1], torch.float32)
+        outputs.append(decoder.forward(continuation[:, step : step + 1], bias))
+    return torch.stack(outputs)
+
+
+def _transformers_logits(model, prompt_ids, prompt_mask, continuation):
+    ids = torch.cat([prompt_ids, continuation], dim=1)
+    mask = torch.cat([prompt_mask, torch.ones_like(continuation)], dim=1)
+    logits = model(input_ids=ids, attention_mask=mask, position_ids=position_ids_from_mask(mask)).logits
+    return logits[:, prompt_ids.shape[1] - 1 :].transpose(0, 1)
+
+
+def _check(model, vocab):
+    torch.manual_seed(1)
+    prompt_ids = torch.randint(3, vocab, (3, 7))
+    prompt_mask = torch.ones_like(prompt_ids)
+    prompt_mask[1, :3] = 0  # left padding of different widths
+    prompt_mask[2, :1] = 0
+    continuation = torch.randint(3, vocab, (3, 5))
+    with torch.no_grad():
+        actual = _logits_step_by_step(model, prompt_ids, prompt_mask, continuation)
+        expected = _transformers_logits(model, prompt_ids, prompt_mask, continuation)
+    torch.testing.assert_close(actual, expected, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("config_class", "model_class", "fused"),
+    [(LlamaConfig, LlamaForCausalLM, True), (Qwen2Config, Qwen2ForCausalLM, True), (Qwen3Config, Qwen3ForCausalLM, False)],
+)
+def test_logits_equal_the_transformers_forward(config_class, model_class, fused):
+    torch.manual_seed(0)
+    model = model_class(config_class(**SIZES)).eval()
+    if config_class is Qwen2Config:  # Qwen2 projects q, k and v with biases: make them matter
+        with torch.no_grad():
+            for layer in model.model.layers:
+                for projection in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
+                    projection.bias.normal_(std=0.5)
+    assert supports_fast_decode(model)
+    assert (fused_projections(list(model.model.layers), 8) is not None) == fused
+    _check(model, SIZES["vocab_size"])
+
+
+def test_unfused_path_when_the_weights_are_too_large_to_copy(monkeypatch):
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(**SIZES)).eval()
+    monkeypatch.setattr(fast_decode, "FUSED_WEIGHTS_MAX_BYTES", 0)
+    assert fused_projections(list(model.model.layers), 8) is None
+    _check(model, SIZES["vocab_size"])
+
+
+def test_lora_layers_decode_through_their_own_forward(tiny_model):
+    model = load_policy(tiny_model, lora=LoraOptions(r=4, alpha=8, dropout=0.0, target_modules=("all-linear",)))
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "lora_B" in name:
+                parameter.normal_(std=0.5)
+    model.eval()
+    body = model.get_base_model().model
+    assert supports_fast_decode(model) and fused_projections(list(body.layers), body.layers[0].self_attn.head_dim) is None
+    _check(model, model.config.vocab_size)
