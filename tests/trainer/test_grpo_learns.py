@@ -1,5 +1,5 @@
 """Acceptance: from the shared SFT checkpoint of the tiny arithmetic model, GRPO with the exact-answer
-reward raises held-out accuracy by at least 10 points, and the dapo preset by at least 5 (see REQUIRED_GAIN).
+reward and the dapo preset each raise held-out accuracy by at least 10 points.
 
 Held-out accuracy is avg@32 on the level-1 test split (the DAPO paper's avg@k: exact-answer accuracy over
 32 completions sampled per prompt at the training temperature); greedy accuracy is also checked not to fall.
@@ -19,15 +19,14 @@ from trainer.tasks import arithmetic
 
 MAX_NEW_TOKENS = 28
 # DAPO keeps only informative groups and drops the KL anchor, so each of its steps moves the policy further:
-# at GRPO's 8e-4 it overshoots (held-out avg@32 +4 to +6, greedy down 7 points); 4e-4 is used instead.
+# at GRPO's 8e-4 it overshoots (greedy accuracy falls); at 4e-4 it needs more steps to go as far.
 LEARNING_RATES = {"grpo": 8e-4, "dapo": 4e-4}
-# Issue 4 asks +10 points for both. GRPO clears it with room (+14.6 here); the dapo preset reached +10.1 at
-# this setting but +6.9 to +9.8 at its neighbours (and +9.0 with two threads), so a +10 assertion would pass
-# or fail on floating-point noise. It asserts the gain it reaches robustly; the +10 target stays open.
-REQUIRED_GAIN = {"grpo": 0.10, "dapo": 0.05}
+STEPS = {"grpo": 300, "dapo": 400}
+# Measured (seed 0, one thread): GRPO +21.7 points (seed 1: +18.8); dapo +25.6 (at 300 steps +14.4, +16.0 and
+# +15.8 for seeds 0-2). The +10 asked leaves room for sampling noise (about 2 points per avg@32 estimate).
+REQUIRED_GAIN = 0.10
 COMMON = {
     "warmup_steps": 5,
-    "max_steps": 200,
     "batch_size": 16,
     "group_size": 8,
     "max_new_tokens": MAX_NEW_TOKENS,
@@ -56,7 +55,13 @@ def start(sft_run) -> tuple[str, float, float]:
 @pytest.mark.parametrize("preset", ["grpo", "dapo"])
 def test_rl_raises_held_out_accuracy(start, preset, tmp_path):
     checkpoint, average_before, greedy_before = start
-    fields = {"model": checkpoint, "output_dir": str(tmp_path), "lr": LEARNING_RATES[preset], **COMMON}
+    fields = {
+        "model": checkpoint,
+        "output_dir": str(tmp_path),
+        "lr": LEARNING_RATES[preset],
+        "max_steps": STEPS[preset],
+        **COMMON,
+    }
     config = GRPOConfig.dapo(**fields) if preset == "dapo" else GRPOConfig(**fields)
     sink = MemorySink()
     result = train(config, arithmetic.sft_rows(1, "train"), sink)
@@ -64,7 +69,7 @@ def test_rl_raises_held_out_accuracy(start, preset, tmp_path):
     average_after, greedy_after = _held_out(result.checkpoint)
     print(f"{preset}: held-out avg@32 {average_before:.3f} -> {average_after:.3f}, "
           f"greedy {greedy_before:.3f} -> {greedy_after:.3f}")
-    assert average_after >= average_before + REQUIRED_GAIN[preset]
+    assert average_after >= average_before + REQUIRED_GAIN
     assert greedy_after >= greedy_before - 1 / 15  # 15 held-out prompts: at most one may flip
     rewards = [sink.metrics[step]["reward/mean"] for step in sorted(sink.metrics)]
     assert sum(rewards[-20:]) / 20 > sum(rewards[:20]) / 20
