@@ -57,7 +57,8 @@ def hidden_states_at(
     allowed [B, 1, W, W]: True where a query may attend a key (causality and padding already in it).
     """
     body = unwrapped(model).base_model
-    mask = additive_mask(allowed, body.dtype)
+    # sdpa takes the boolean mask as it is (a quarter of a float mask's memory); eager attention adds its mask
+    mask = allowed if body.config._attn_implementation == "sdpa" else additive_mask(allowed, body.dtype)
     if not supports_selective_forward(model):
         hidden = body(input_ids=input_ids, attention_mask=mask, position_ids=position_ids, use_cache=False)
         return _gather_rows(hidden.last_hidden_state, read)

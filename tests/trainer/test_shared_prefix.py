@@ -139,3 +139,11 @@ def test_a_pair_whose_prompt_fills_the_row_still_packs():
     assert packed.predict_positions.tolist() == [[1, 0], [1, 3]]
     assert packed.completion_mask.tolist() == [[1, 0], [1, 1]]
     assert not packed.allowed[0, 0, 3, 2]  # the rejected suffix does not see the chosen one
+
+
+def test_eager_attention_takes_the_additive_mask(tiny_model, pairs):
+    model = load_policy(tiny_model)
+    model.set_attn_implementation("eager")
+    assert model.model.config._attn_implementation == "eager"
+    actual, expected = _logps_both_ways(model, pairs)
+    torch.testing.assert_close(actual, expected, atol=1e-5, rtol=1e-5)
