@@ -147,3 +147,18 @@ def test_eager_attention_takes_the_additive_mask(tiny_model, pairs):
     assert model.model.config._attn_implementation == "eager"
     actual, expected = _logps_both_ways(model, pairs)
     torch.testing.assert_close(actual, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_lora_reward_model_scores_match_the_classifier(tiny_model, pairs):
+    lora = LoraOptions(r=4, alpha=8, dropout=0.0, target_modules=("all-linear",))
+    model = load_reward_model(tiny_model, pad_token_id=0, lora=lora).eval()
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "lora_B" in name or "modules_to_save" in name:  # make the adapters and the trained head matter
+                parameter.normal_(std=0.5)
+    assert supports_shared_prefix(model)
+    chosen, rejected = packed_pair_scores(model, pack_pairs(pairs, pad_token_id=0))
+    with torch.no_grad():
+        separate = model(input_ids=torch.tensor([pairs[0].chosen.input_ids])).logits[0, 0]
+    torch.testing.assert_close(chosen[0], separate, atol=1e-5, rtol=1e-5)
+    assert chosen.requires_grad and rejected.requires_grad
