@@ -83,6 +83,10 @@ def test_grpo_run_launched_from_the_form_is_watched_live(page, live_server, rese
         "name": "browser grpo", "size": "16", "max_steps": "6", "batch_size": "2", "group_size": "2",
         "max_new_tokens": "8", "max_length": "64", "max_prompt_length": "16", "sample_every": "2"}, must_grow=False)
     assert ModelRef.objects.filter(run=run, step=6).exists()
+    # The page opened before any sample existed; the samples table fills in without a reload, at the newest step.
+    page.wait_for_selector("#samples-body table", timeout=15_000)
+    assert page.locator("#samples-body strong").inner_text() == "6"
+    assert page.locator("#samples-body tbody tr").count() == run.samples.filter(step=6).count() > 0
 
 
 def test_a_run_is_canceled_from_its_page_within_one_step(page, live_server, researcher, tiny_model,

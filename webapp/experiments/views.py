@@ -116,6 +116,8 @@ def _run_context(run: Run, step: int | None = None) -> dict:
         "sample_index": steps.index(chosen) if steps else 0,
         "sample_step": chosen,
         "samples": samples,
+        # an active run's newest samples replace the shown ones, unless an earlier step was picked
+        "samples_follow_latest": run.is_active and (not steps or chosen == steps[-1]),
     }
 
 

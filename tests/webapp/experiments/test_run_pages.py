@@ -86,3 +86,18 @@ def test_annotators_cannot_see_runs(annotator_client, tiny_model, researcher):
     run = _run(tiny_model, researcher)
     assert annotator_client.get(f"/runs/{run.pk}/").status_code == 403
     assert annotator_client.get(f"/runs/{run.pk}/metrics").status_code == 403
+
+
+def test_samples_follow_the_newest_step_while_the_run_is_active(researcher_client, tiny_model, researcher):
+    run = _run(tiny_model, researcher)
+    polling = f'hx-get="/runs/{run.pk}/samples" hx-trigger="every 5s"'
+    assert polling in researcher_client.get(f"/runs/{run.pk}/").content.decode()  # waits for the first samples
+    for step in (10, 20):
+        services.samples_write(run_id=run.pk, samples=[
+            {"step": step, "prompt": "Calculate 1 + 1", "completion": f"answer at {step}", "rewards": {"answer_match": 1.0}, "advantage": 0.5}])
+    latest = researcher_client.get(f"/runs/{run.pk}/samples").content.decode()
+    assert "answer at 20" in latest and polling in latest
+    earlier = researcher_client.get(f"/runs/{run.pk}/samples?step=10").content.decode()
+    assert "answer at 10" in earlier and "every 5s" not in earlier  # a step the user picked stays put
+    Run.objects.filter(pk=run.pk).update(status=Run.Status.SUCCEEDED)
+    assert "every 5s" not in researcher_client.get(f"/runs/{run.pk}/samples").content.decode()
