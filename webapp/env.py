@@ -122,6 +122,16 @@ def database_from_url(name: str, url: str) -> dict:
     )
 
 
+def cache_from_url(name: str, url: str) -> dict:
+    """A Django CACHES entry: empty for a cache in each process's memory, or `redis://host:6379/N` for one
+    cache every web process shares (computed chart series are then computed once, not once per process)."""
+    if not url:
+        return {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+    if urlsplit(url).scheme in {"redis", "rediss"}:
+        return {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": url, "KEY_PREFIX": "preflab"}
+    raise ImproperlyConfigured(f"{name}={url!r}: unsupported; leave it empty (memory of each process) or use redis://HOST:6379/N.")
+
+
 def _sqlite_database(path: Path) -> dict:
     # WAL + a busy timeout + IMMEDIATE transactions: the web process and the worker write the same file, and
     # without these SQLite answers "database is locked" under the lightest concurrency (DESIGN section 8).

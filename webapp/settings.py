@@ -9,6 +9,7 @@ from pathlib import Path
 import plotly
 
 from webapp.env import (
+    cache_from_url,
     database_from_url,
     env_bool,
     env_dir,
@@ -139,6 +140,8 @@ if not CELERY_BROKER_URL.startswith(("filesystem://", "redis://", "rediss://", "
     )
 CELERY_RESULT_BACKEND = env_str("CELERY_RESULT_BACKEND", _DEFAULT_RESULT_BACKEND) or None
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
+
+CACHES = {"default": cache_from_url("CACHE_URL", env_str("CACHE_URL", ""))}
 
 # A run whose heartbeat is older than this is considered dead (its worker was killed) and marked failed.
 PREFLAB_HEARTBEAT_TIMEOUT_S = env_float("PREFLAB_HEARTBEAT_TIMEOUT_S", 60.0, minimum=1.0)

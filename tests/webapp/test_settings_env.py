@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from webapp.env import database_from_url, env_bool, env_dirs, env_int
+from webapp.env import cache_from_url, database_from_url, env_bool, env_dirs, env_int
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -93,3 +93,14 @@ def test_no_variables_gives_the_embedded_default(tmp_path):
     assert name == f"{tmp_path}/preflab.sqlite3"
     assert broker == "filesystem://"
     assert backend == f"file://{tmp_path}/results"
+
+
+def test_cache_url_gives_each_process_its_memory_or_a_shared_redis(tmp_path):
+    assert cache_from_url("CACHE_URL", "")["BACKEND"].endswith("LocMemCache")
+    shared = cache_from_url("CACHE_URL", "redis://cache.example:6379/1")
+    assert shared["BACKEND"] == "django.core.cache.backends.redis.RedisCache"
+    assert shared["LOCATION"] == "redis://cache.example:6379/1"
+    with pytest.raises(ImproperlyConfigured, match="CACHE_URL='memcached://x': unsupported"):
+        cache_from_url("CACHE_URL", "memcached://x")
+    result = _django_check({"CACHE_URL": "memcached://x"}, tmp_path)
+    assert result.returncode != 0 and "CACHE_URL='memcached://x': unsupported" in result.stderr

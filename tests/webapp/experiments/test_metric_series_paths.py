@@ -7,6 +7,7 @@ from django.core.cache import cache
 from django.db import connection
 from django.utils import timezone
 
+from webapp.env import cache_from_url
 from webapp.experiments import selectors, services
 from webapp.experiments.models import Run
 
@@ -108,3 +109,19 @@ def test_only_the_asked_metrics_are_returned(researcher_client):
     _write(run, range(1, 21))
     answer = researcher_client.get(f"/runs/{run.pk}/metrics?metric=loss&metric=late&metric=unknown").json()
     assert list(answer["series"]) == ["loss"] and answer["last_step"] == 20
+
+
+def test_a_finished_runs_series_are_shared_through_redis_when_cache_url_is_set(settings):
+    import redis
+
+    settings.CACHES = {"default": cache_from_url("CACHE_URL", "redis://127.0.0.1:6379/5")}
+    client = redis.Redis.from_url("redis://127.0.0.1:6379/5")
+    client.flushdb()
+    try:
+        run = _run(Run.Status.SUCCEEDED)
+        _write(run, range(1, 101))
+        first = selectors.metric_series(run_id=run.pk)
+        assert list(client.scan_iter("preflab:*"))  # stored where other processes see it
+        assert selectors.metric_series(run_id=run.pk) == first
+    finally:
+        client.flushdb()
