@@ -6,7 +6,9 @@ Both sides: the same tiny model directory (hidden 64 x 2 layers unless told), th
 prompts, G completions per prompt sampled at temperature 1 with no top-k / top-p, the same completion
 length cap, loss_type "grpo" (sequence mean), one iteration per generation, the exact-answer reward.
 TRL runs twice: with its own default gradient checkpointing (TRL's GRPOConfig turns it on) and with it off
-like ours, so that the second row compares the implementations alone. Step 1 is warm-up and excluded;
+like ours, so that the second row compares the implementations alone; with --trl-bf16 a third time with
+bf16=True, TRL's real default, which on a CPU without bf16 units is far slower (shown, not counted: ours
+runs float32 on CPU, so that row measures precision, not implementation). Step 1 is warm-up and excluded;
 times are seconds per optimizer step.
 """
 
@@ -39,6 +41,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--skip-trl", action="store_true", help="time only ours")
+    parser.add_argument(
+        "--trl-bf16", action="store_true",
+        help="also time TRL with bf16=True, its real default (not counted: ours runs float32 on CPU)",
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     return args
@@ -67,7 +73,9 @@ def exact_answer_reward(prompts, completions, answer, **_) -> list[float]:
     return [float(answers_match(extract_answer(text), str(truth))) for text, truth in zip(completions, answer, strict=True)]
 
 
-def run_trl(args: argparse.Namespace, model_dir: Path, rows: list[dict], *, gradient_checkpointing: bool) -> float:
+def run_trl(
+    args: argparse.Namespace, model_dir: Path, rows: list[dict], *, gradient_checkpointing: bool, bf16: bool = False
+) -> float:
     from datasets import Dataset
     from transformers import AutoTokenizer
     from trl import GRPOConfig as TRLGRPOConfig
@@ -89,7 +97,7 @@ def run_trl(args: argparse.Namespace, model_dir: Path, rows: list[dict], *, grad
             loss_type="grpo",
             temperature=1.0,
             gradient_checkpointing=gradient_checkpointing,
-            bf16=False,
+            bf16=bf16,
             use_cpu=True,
             report_to="none",
             save_strategy="no",
@@ -130,6 +138,10 @@ def main() -> None:
         print(f"{'TRL GRPOTrainer (no grad. ckpt.)':34} {trl_plain:8.3f} {trl_default / trl_plain:6.2f}x")
         print(f"{'ours (trainer.grpo)':34} {ours_step:8.3f} {trl_default / ours_step:6.2f}x")
         print(f"ours vs TRL without gradient checkpointing: {trl_plain / ours_step:.2f}x")
+        if args.trl_bf16:
+            trl_bf16 = run_trl(args, model_dir, rows, gradient_checkpointing=True, bf16=True)
+            print(f"TRL with bf16=True as well (its real default; this CPU has no bf16 units): {trl_bf16:.3f} s/step, "
+                  f"{trl_bf16 / ours_step:.2f}x ours -- a precision difference, not counted")
     print("\nwhere our step time goes (median over the timed steps):")
     for name in ("time/generation_s", "time/scoring_s", "time/backward_s", "time/step_s"):
         print(f"  {name:22} {statistics.median(m[name] for m in timed):8.4f} s")
