@@ -162,3 +162,14 @@ def test_lora_reward_model_scores_match_the_classifier(tiny_model, pairs):
         separate = model(input_ids=torch.tensor([pairs[0].chosen.input_ids])).logits[0, 0]
     torch.testing.assert_close(chosen[0], separate, atol=1e-5, rtol=1e-5)
     assert chosen.requires_grad and rejected.requires_grad
+
+
+def test_gradient_checkpointing_gives_the_same_values_and_gradients(tiny_model, pairs):
+    results = []
+    for checkpointing in (False, True):
+        model = load_policy(tiny_model, gradient_checkpointing=checkpointing)
+        logps, _ = packed_sequence_logps(model, pack_pairs(pairs, pad_token_id=0))
+        logps.sum().backward()
+        results.append((logps.detach(), torch.cat([p.grad.flatten() for p in model.parameters()])))
+    torch.testing.assert_close(results[0][0], results[1][0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(results[0][1], results[1][1], atol=1e-5, rtol=1e-4)
