@@ -71,6 +71,9 @@ class Limits:
 
 def encode_prompt(tokenizer: PreTrainedTokenizerBase, prompt: str, limits: Limits, *, index: int, name: str) -> list[int]:
     ids = tokenizer(prompt, add_special_tokens=True)["input_ids"]
+    if not ids:
+        # the first completion token would have nothing before it to be predicted from
+        raise DataError(f"{name} row {index}: prompt is empty (0 tokens, and the tokenizer adds no BOS token)")
     if len(ids) > limits.max_prompt_length:
         raise DataError(
             f"{name} row {index}: prompt is {len(ids)} tokens, longer than max_prompt_length={limits.max_prompt_length}"

@@ -60,3 +60,14 @@ def test_jsonl_reader_names_file_and_line(tmp_path):
     path.write_text('{"prompt": \n')
     with pytest.raises(DataError, match=r"line 1: not valid JSON"):
         read_jsonl_rows(path)
+
+
+def test_an_empty_prompt_without_a_bos_token_is_an_error(tiny_model):
+    from transformers import AutoTokenizer
+
+    from trainer.data import Limits, tokenize_pairs
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model, add_bos_token=False)
+    rows = [{"prompt": "Calculate 1 + 1\n", "chosen": "2", "rejected": "3"}, {"prompt": "", "chosen": "2", "rejected": "3"}]
+    with pytest.raises(DataError, match=r"training data row 1: prompt is empty"):
+        tokenize_pairs(rows, tokenizer, Limits(max_length=32, max_prompt_length=16), add_eos=True)
