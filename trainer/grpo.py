@@ -26,7 +26,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from trainer.answers import answers_match, extract_answer
 from trainer.config import GRPOConfig, OnlineConfig
-from trainer.data import DataError, check_rows
+from trainer.data import DataError, Limits, check_rows, encode_prompt
 from trainer.evaluation import generation_accuracy, has_answers
 from trainer.generation import (
     GroupSamples,
@@ -96,6 +96,15 @@ def check_prompt_rows(rows: Sequence[dict], config: OnlineConfig, *, name: str =
         for index, row in enumerate(rows):
             if not isinstance(row.get("answer"), str | int | float):
                 raise DataError(f"{name} row {index}: missing field 'answer' (the answer_match reward needs it)")
+
+
+def check_prompt_lengths(
+    rows: Sequence[dict], tokenizer: PreTrainedTokenizerBase, config: OnlineConfig, *, name: str = "training data"
+) -> None:
+    """Every prompt has at least one token and at most max_prompt_length (a DataError names the row)."""
+    limits = Limits(max_length=config.max_length, max_prompt_length=config.max_prompt_length)
+    for index, row in enumerate(rows):
+        encode_prompt(tokenizer, row["prompt"], limits, index=index, name=name)
 
 
 def sample_and_score(
@@ -449,6 +458,7 @@ def prepare_online(
     resume_state = resume_state_for(config)
     weights, adapter = model_source(config)
     tokenizer = load_tokenizer(config.resume_from or config.model)
+    check_prompt_lengths(data, tokenizer, config)
     policy = load_policy(
         weights,
         lora=LoraOptions.from_config(config),

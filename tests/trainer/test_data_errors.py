@@ -71,3 +71,11 @@ def test_an_empty_prompt_without_a_bos_token_is_an_error(tiny_model):
     rows = [{"prompt": "Calculate 1 + 1\n", "chosen": "2", "rejected": "3"}, {"prompt": "", "chosen": "2", "rejected": "3"}]
     with pytest.raises(DataError, match=r"training data row 1: prompt is empty"):
         tokenize_pairs(rows, tokenizer, Limits(max_length=32, max_prompt_length=16), add_eos=True)
+
+
+@pytest.mark.parametrize("kind", ["grpo", "ppo"])
+def test_online_prompts_longer_than_the_limit_are_refused_before_any_sampling(kind, tiny_model, tmp_path):
+    long_prompt = "Calculate " + " + ".join(["1"] * 40) + "\n"
+    rows = [{"prompt": "Calculate 1 + 1\n", "answer": "2"}, {"prompt": long_prompt, "answer": "40"}]
+    with pytest.raises(DataError, match=r"training data row 1: prompt is \d+ tokens, longer than max_prompt_length=16"):
+        _train(kind, tiny_model, tmp_path, rows, max_new_tokens=4)
