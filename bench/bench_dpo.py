@@ -11,12 +11,12 @@ import tempfile
 from pathlib import Path
 
 from common import (
-    StepTimes,
     TimingSink,
     bench_workspace,
     our_common_fields,
     parse_args,
     print_table,
+    timed_trl_training,
     trl_common_args,
 )
 
@@ -37,27 +37,16 @@ def run_ours(args, model_dir: Path, rows: list[dict], *, precompute: bool) -> fl
 
 
 def run_trl(args, model_dir: Path, rows: list[dict], *, precompute: bool) -> float:
-    from datasets import Dataset
-    from transformers import AutoTokenizer
     from trl import DPOConfig, DPOTrainer
 
     output_dir = Path(tempfile.mkdtemp(prefix="trl-dpo-"))
-    timer = StepTimes()
     config = DPOConfig(
         **trl_common_args(args, output_dir, LR),
         beta=BETA,
         loss_type=["sigmoid"],
         precompute_ref_log_probs=precompute,
     )
-    trainer = DPOTrainer(
-        model=str(model_dir),
-        args=config,
-        train_dataset=Dataset.from_list(rows),
-        processing_class=AutoTokenizer.from_pretrained(model_dir),
-        callbacks=[timer],
-    )
-    trainer.train()
-    return timer.timed_seconds()
+    return timed_trl_training(DPOTrainer, model_dir, rows, config)
 
 
 def main() -> None:

@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 
 import torch
-from common import StepTimes, TimingSink
+from common import TimingSink, timed_trl_training
 
 from trainer.answers import answers_match, extract_answer
 from trainer.config import GRPOConfig
@@ -76,41 +76,31 @@ def exact_answer_reward(prompts, completions, answer, **_) -> list[float]:
 def run_trl(
     args: argparse.Namespace, model_dir: Path, rows: list[dict], *, gradient_checkpointing: bool, bf16: bool = False
 ) -> float:
-    from datasets import Dataset
-    from transformers import AutoTokenizer
     from trl import GRPOConfig as TRLGRPOConfig
     from trl import GRPOTrainer
 
-    timer = StepTimes()
-    trainer = GRPOTrainer(
-        model=str(model_dir),
-        reward_funcs=exact_answer_reward,
-        args=TRLGRPOConfig(
-            output_dir=tempfile.mkdtemp(prefix="trl-grpo-"),
-            per_device_train_batch_size=args.prompts * args.group_size,
-            num_generations=args.group_size,
-            max_completion_length=args.new_tokens,
-            gradient_accumulation_steps=1,
-            max_steps=args.steps,
-            learning_rate=LR,
-            beta=args.beta,
-            loss_type="grpo",
-            temperature=1.0,
-            gradient_checkpointing=gradient_checkpointing,
-            bf16=bf16,
-            use_cpu=True,
-            report_to="none",
-            save_strategy="no",
-            disable_tqdm=True,
-            logging_steps=1,
-            seed=0,
-        ),
-        train_dataset=Dataset.from_list(rows),
-        processing_class=AutoTokenizer.from_pretrained(model_dir),
-        callbacks=[timer],
+    trl_args = TRLGRPOConfig(
+        output_dir=tempfile.mkdtemp(prefix="trl-grpo-"),
+        per_device_train_batch_size=args.prompts * args.group_size,
+        num_generations=args.group_size,
+        max_completion_length=args.new_tokens,
+        gradient_accumulation_steps=1,
+        max_steps=args.steps,
+        learning_rate=LR,
+        beta=args.beta,
+        loss_type="grpo",
+        temperature=1.0,
+        gradient_checkpointing=gradient_checkpointing,
+        bf16=bf16,
+        use_cpu=True,
+        report_to="none",
+        save_strategy="no",
+        disable_tqdm=True,
+        logging_steps=1,
+        seed=0,
     )
-    trainer.train()
-    return timer.timed_seconds() / (args.steps - 1)
+    seconds = timed_trl_training(GRPOTrainer, model_dir, rows, trl_args, reward_funcs=exact_answer_reward)
+    return seconds / (args.steps - 1)
 
 
 def main() -> None:

@@ -9,12 +9,12 @@ import tempfile
 from pathlib import Path
 
 from common import (
-    StepTimes,
     TimingSink,
     bench_workspace,
     our_common_fields,
     parse_args,
     print_table,
+    timed_trl_training,
     trl_common_args,
 )
 
@@ -33,21 +33,10 @@ def run_ours(args, model_dir: Path, rows: list[dict]) -> float:
 
 
 def run_trl(args, model_dir: Path, rows: list[dict]) -> float:
-    from datasets import Dataset
-    from transformers import AutoTokenizer
     from trl import RewardConfig, RewardTrainer
 
     output_dir = Path(tempfile.mkdtemp(prefix="trl-rm-"))
-    timer = StepTimes()
-    trainer = RewardTrainer(
-        model=str(model_dir),
-        args=RewardConfig(**trl_common_args(args, output_dir, LR)),
-        train_dataset=Dataset.from_list(rows),
-        processing_class=AutoTokenizer.from_pretrained(model_dir),
-        callbacks=[timer],
-    )
-    trainer.train()
-    return timer.timed_seconds()
+    return timed_trl_training(RewardTrainer, model_dir, rows, RewardConfig(**trl_common_args(args, output_dir, LR)))
 
 
 def main() -> None:

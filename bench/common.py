@@ -78,6 +78,24 @@ class StepTimes(TrainerCallback):
         return self.ended_at[max(self.ended_at)] - self.ended_at[1]
 
 
+def timed_trl_training(trainer_class: type, model_dir: Path, rows: list[dict], trl_args, **trainer_fields) -> float:
+    """Train a TRL trainer on `rows` from the model directory; seconds from the end of step 1 to the last step."""
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+
+    timer = StepTimes()
+    trainer = trainer_class(
+        model=str(model_dir),
+        args=trl_args,
+        train_dataset=Dataset.from_list(rows),
+        processing_class=AutoTokenizer.from_pretrained(model_dir),
+        callbacks=[timer],
+        **trainer_fields,
+    )
+    trainer.train()
+    return timer.timed_seconds()
+
+
 def trl_common_args(args: argparse.Namespace, output_dir: Path, lr: float) -> dict:
     return {
         "output_dir": str(output_dir),

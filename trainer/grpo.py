@@ -43,10 +43,10 @@ from trainer.loop import (
     check_finite,
     checkpoint_dir,
     model_source,
+    restore_training_state,
     resume_state_for,
     save_checkpoint,
     seed_everything,
-    set_rng_state,
     total_steps,
 )
 from trainer.losses import group_advantages, informative_groups, policy_loss
@@ -360,13 +360,7 @@ class OnlineRun:
 def run_online(run: OnlineRun, sink: Sink, resume_state: dict[str, Any] | None) -> TrainResult:
     """Steps with logging, evaluation, checkpoints (exact resume), the stop check and the NaN check."""
     config = run.config
-    start_step, tokens_seen = 0, 0
-    if resume_state is not None:
-        run.optimizer.load_state_dict(resume_state["optimizer"])
-        run.scheduler.load_state_dict(resume_state["scheduler"])
-        run.order.load_state_dict(resume_state["data_order"])
-        set_rng_state(resume_state["rng"])
-        start_step, tokens_seen = resume_state["step"], resume_state["tokens_seen"]
+    start_step, tokens_seen = restore_training_state(resume_state, run.optimizer, run.scheduler, run.order)
 
     def checkpoint(step: int) -> str:
         path = save_checkpoint(

@@ -225,6 +225,19 @@ class LoopParts:
     resume_state: dict[str, Any] | None = None
 
 
+def restore_training_state(
+    state: dict[str, Any] | None, optimizer: Optimizer, scheduler: LambdaLR, order: DataOrder
+) -> tuple[int, int]:
+    """Load a checkpoint's optimizer, scheduler, data order and RNG; (start step, tokens seen), (0, 0) when new."""
+    if state is None:
+        return 0, 0
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    order.load_state_dict(state["data_order"])
+    set_rng_state(state["rng"])
+    return state["step"], state["tokens_seen"]
+
+
 def run_steps(parts: LoopParts, sink: Sink) -> TrainResult:
     """Optimizer steps with gradient accumulation, clipping, warm-up schedule, logging, evaluation, samples,
     checkpoints and a stop check every step. Raises TrainingDiverged on a NaN/Inf loss or gradient norm."""
@@ -233,14 +246,7 @@ def run_steps(parts: LoopParts, sink: Sink) -> TrainResult:
     optimizer = build_optimizer(model, config)
     scheduler = build_scheduler(optimizer, config, steps)
     order = DataOrder(parts.dataset_size, config.seed)
-    start_step, tokens_seen = 0, 0
-    if parts.resume_state is not None:
-        state = parts.resume_state
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        order.load_state_dict(state["data_order"])
-        set_rng_state(state["rng"])
-        start_step, tokens_seen = state["step"], state["tokens_seen"]
+    start_step, tokens_seen = restore_training_state(parts.resume_state, optimizer, scheduler, order)
     trainable = [p for p in model.parameters() if p.requires_grad]
     clip_norm = config.max_grad_norm if config.max_grad_norm > 0 else math.inf
 

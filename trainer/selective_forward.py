@@ -7,7 +7,7 @@ output, MLP and the final norm are only needed where the loss reads. Computing t
 the same numbers as the full forward (tested to 1e-5) for (1 - read/all) of the last layer's work.
 
 Supported: the Llama family of decoders (Llama, Qwen2, Qwen3: pre-norm, rotary half-rotation, a
-gated MLP; Qwen3's per-head q/k norms included). Others take the full forward and a gather.
+gated MLP; Qwen3's per-head q/k norms included); callers keep the plain transformers forward for others.
 """
 
 from __future__ import annotations
@@ -55,14 +55,11 @@ def hidden_states_at(
     """[B, K, H] final (normed) hidden states at positions `read` [B, K] of each row.
 
     allowed [B, 1, W, W]: True where a query may attend a key (causality and padding already in it).
+    Only for models that pass `supports_selective_forward` (callers check once, not per forward).
     """
     body = unwrapped(model).base_model
     # sdpa takes the boolean mask as it is (a quarter of a float mask's memory); eager attention adds its mask
     mask = allowed if body.config._attn_implementation == "sdpa" else additive_mask(allowed, body.dtype)
-    if not supports_selective_forward(model):
-        hidden = body(input_ids=input_ids, attention_mask=mask, position_ids=position_ids, use_cache=False)
-        return _gather_rows(hidden.last_hidden_state, read)
-
     hidden = body.embed_tokens(input_ids)
     cos, sin = body.rotary_emb(hidden, position_ids=position_ids)
     layers = body.layers[: body.config.num_hidden_layers]
