@@ -340,6 +340,13 @@ class GRPOConfig(OnlineConfig):
     group_size: int = _option(8, "G: completions sampled per prompt (8 in the seeds).", "optimisation")
     num_iterations: int = _option(1, "mu: optimizer updates per batch of samples, with the old log-probs kept.", "optimisation")
     beta: float = _option(0.04, "Weight of the k3 KL to the reference (0.04 in DeepSeekMath; 0 skips the reference).", "optimisation")
+    share_prompt: bool = _option(
+        True,
+        "Compute each prompt once for its whole group in the training and reference forwards (one sequence: the "
+        "prompt, then the G completions, each seeing only the prompt and itself); same results, fewer tokens. "
+        "Used where the architecture allows it.",
+        "advanced",
+    )
     epsilon_low: float = _option(0.2, "Lower clip range: ratio >= 1 - epsilon_low.", "optimisation")
     epsilon_high: float = _option(0.2, "Upper clip range: ratio <= 1 + epsilon_high (DAPO clip-higher: 0.28).", "optimisation")
     loss_aggregation: LossAggregation = _option(

@@ -68,13 +68,16 @@ class KVDecoder:
         """
         start, count = self.length, input_ids.shape[1]
         end = start + count
-        cos, sin = self.cos[:, None, start:end], self.sin[:, None, start:end]
+        if self.fused is not None:
+            cos, sin = self.cos[:, start:end, None], self.sin[:, start:end, None]
+        else:
+            cos, sin = self.cos[:, None, start:end], self.sin[:, None, start:end]
         hidden = self.body.embed_tokens(input_ids)
         for index, (layer, keys, values) in enumerate(zip(self.layers, self.keys, self.values, strict=True)):
             attention = layer.self_attn
             normed = _rms_norm(hidden, layer.input_layernorm)
             if self.fused is not None:
-                rotated, value = self.fused[index].queries_keys_values(normed, self.cos[:, start:end, None], self.sin[:, start:end, None])
+                rotated, value = self.fused[index].queries_keys_values(normed, cos, sin)
             else:
                 rotated, value = self._queries_keys_values(attention, normed, cos, sin)
             heads = rotated.shape[1] - self.kv_heads
@@ -93,7 +96,7 @@ class KVDecoder:
             mlp_out = self.fused[index].mlp(layer.mlp, normed) if self.fused is not None else _mlp(layer.mlp, normed)
             hidden = hidden + mlp_out
         self.length = end
-        return self.head(_rms_norm(hidden[:, -1], self.body.norm))
+        return _linear(self.head, _rms_norm(hidden[:, -1], self.body.norm))
 
 
     def _queries_keys_values(self, attention: nn.Module, normed: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
@@ -140,7 +143,7 @@ class FusedLayer:
 
     def mlp(self, mlp: nn.Module, x: Tensor) -> Tensor:
         gate, up = F.linear(x, self.gate_up_weight, self.gate_up_bias).chunk(2, dim=-1)
-        return _linear(mlp.down_proj, mlp.act_fn(gate) * up)
+        return _linear(mlp.down_proj, _activation(mlp.act_fn, gate) * up)
 
 
 def fused_projections(layers: list[nn.Module], head_dim: int) -> list[FusedLayer] | None:
@@ -206,4 +209,14 @@ def _linear(module: nn.Module, x: Tensor) -> Tensor:
 
 def _mlp(mlp: nn.Module, x: Tensor) -> Tensor:
     """The gated MLP: down(act(gate(x)) * up(x))."""
-    return _linear(mlp.down_proj, mlp.act_fn(_linear(mlp.gate_proj, x)) * _linear(mlp.up_proj, x))
+    return _linear(mlp.down_proj, _activation(mlp.act_fn, _linear(mlp.gate_proj, x)) * _linear(mlp.up_proj, x))
+
+
+SILU_ACTIVATIONS = frozenset({"SiLU", "SiLUActivation"})
+
+
+def _activation(act_fn: nn.Module, x: Tensor) -> Tensor:
+    # SiLU (Llama, Qwen) as a function call, for the same reason as _linear
+    if type(act_fn).__name__ in SILU_ACTIVATIONS:
+        return F.silu(x)
+    return act_fn(x)

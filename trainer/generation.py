@@ -24,9 +24,11 @@ from trainer.selective_forward import (
     additive_mask,
     hidden_states_at,
     padded_causal_allowed,
+    position_ids_from_mask,
     supports_selective_forward,
     unwrapped,
 )
+from trainer.shared_prefix import pack_groups, packed_group_hidden_states, supports_shared_prefix
 
 
 @dataclass(frozen=True)
@@ -131,11 +133,6 @@ class GenerationBackend(Protocol):
         """Make the backend sample from `model`'s current weights (called after each optimizer step)."""
 
 
-def position_ids_from_mask(attention_mask: Tensor) -> Tensor:
-    """Positions that skip left padding, as transformers' generate computes them."""
-    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
-
-
 def filter_top_k_top_p(logits: Tensor, *, top_k: int, top_p: float) -> Tensor:
     """Set logits outside the top-k / nucleus to -inf. logits [N, V]; keeps at least one token per row."""
     if top_k > 0 and top_k < logits.shape[-1]:
@@ -157,7 +154,7 @@ def _sample_next(logits: Tensor, params: SamplingParams) -> tuple[Tensor, Tensor
     if params.temperature == 0:
         tokens = logits.argmax(dim=-1)
         return tokens, logits.log_softmax(dim=-1).gather(-1, tokens[:, None]).squeeze(-1)
-    scaled = logits / params.temperature
+    scaled = logits if params.temperature == 1.0 else logits / params.temperature
     logprobs = scaled.log_softmax(dim=-1)
     if params.top_k == 1:
         tokens = scaled.argmax(dim=-1)
@@ -165,11 +162,18 @@ def _sample_next(logits: Tensor, params: SamplingParams) -> tuple[Tensor, Tensor
         truncating = params.top_k > 0 or params.top_p < 1.0
         filtered = filter_top_k_top_p(scaled, top_k=params.top_k, top_p=params.top_p) if truncating else None
         probs = filtered.softmax(dim=-1) if truncating else logprobs.exp()
-        # argmax(p / Exp(1) noise) draws from p (the exponential race), far cheaper than multinomial here;
-        # -log(U) is the Exp(1) draw (U = 0 gives inf, and that token is simply never picked)
-        noise = torch.rand_like(probs).log_().neg_()
-        tokens = (probs / noise).argmax(dim=-1)
+        tokens = _inverse_cdf_draw(probs)
     return tokens, logprobs.gather(-1, tokens[:, None]).squeeze(-1)
+
+
+def _inverse_cdf_draw(probs: Tensor) -> Tensor:
+    """One token per row of probs [N, V]: one uniform number a row against the cumulative distribution
+    (a race over V exponential draws costs V random numbers a row, and drawing them dominates sampling).
+    The uniform is scaled by the row's own total, so float rounding in the sum can never select past the
+    last token, and the first index whose cumulative mass exceeds it always has a probability above 0."""
+    cumulative = probs.cumsum(dim=-1)
+    uniform = torch.rand(probs.shape[0], 1, device=probs.device, dtype=probs.dtype) * cumulative[:, -1:]
+    return torch.searchsorted(cumulative, uniform, right=True).squeeze(-1).clamp_(max=probs.shape[-1] - 1)
 
 
 class HFGenerationBackend:
@@ -226,17 +230,17 @@ class HFGenerationBackend:
         alive = torch.ones(rows, dtype=torch.bool, device=device)
         steps = 0
         for step in range(max_new):
-            next_tokens, next_logprobs = _sample_next(logits, params)
-            tokens[:, step] = next_tokens.masked_fill(~alive, self.pad_token_id)
-            logprobs[:, step] = next_logprobs.masked_fill(~alive, 0.0)
+            # rows that already ended keep decoding with the rest; what follows their EOS is masked below
+            tokens[:, step], logprobs[:, step] = _sample_next(logits, params)
             steps = step + 1
-            alive &= next_tokens != self.eos_token_id
+            alive &= tokens[:, step] != self.eos_token_id
             if step == max_new - 1 or not alive.any():
                 break
             logits = stepper.decode(tokens[:, step : step + 1], step)
 
-        tokens, logprobs = tokens[:, :steps], logprobs[:, :steps]
-        mask = _completion_mask(tokens, self.eos_token_id)
+        mask = _completion_mask(tokens[:, :steps], self.eos_token_id)
+        tokens = tokens[:, :steps].masked_fill(mask == 0, self.pad_token_id)
+        logprobs = logprobs[:, :steps] * mask
         return GroupSamples(
             prompt_ids=prompt_ids,
             prompt_mask=prompt_mask,
@@ -330,15 +334,38 @@ def completion_logprobs(
     temperature: float,
     with_entropy: bool = False,
     entropy_grad: bool = False,
+    share_prompt: bool = True,
 ) -> tuple[Tensor, Tensor | None]:
     """Per-token log-probs [B*G, T] of the sampled completions under `model`, at the sampling temperature.
 
     The same convention as sampling (module docstring), so ratio = exp(this - samples.logprobs) is 1 for
     the sampling weights. With `with_entropy`, also the per-token entropy [B*G, T] of that distribution,
     detached unless `entropy_grad` (an entropy bonus needs its gradient, a logged metric does not).
+    With `share_prompt`, where the architecture allows it, a group's prompt is computed once for its G
+    completions (trainer.shared_prefix.pack_groups); the numbers are those of G separate sequences.
     """
     from trainer.losses import entropy_from_logits
 
+    completion = samples.completion_ids
+    if share_prompt and samples.group_size > 1 and supports_shared_prefix(model):
+        packed = pack_groups(samples.prompt_ids, samples.prompt_mask, completion, samples.completion_mask)
+        hidden = packed_group_hidden_states(model, packed)
+        logits = unwrapped(model).get_output_embeddings()(hidden).float()
+    else:
+        logits = _unshared_completion_logits(model, samples)
+    if temperature > 0:
+        logits = logits / temperature
+    logprobs = logits.log_softmax(dim=-1).gather(-1, completion[..., None]).squeeze(-1)
+    logprobs = logprobs * samples.completion_mask
+    entropy = None
+    if with_entropy:
+        with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+            entropy = entropy_from_logits(logits if entropy_grad else logits.detach())
+    return logprobs, entropy
+
+
+def _unshared_completion_logits(model: PreTrainedModel, samples: GroupSamples) -> Tensor:
+    """[B*G, T, V] logits predicting each completion token, every completion behind its own prompt copy."""
     group = samples.group_size
     completion = samples.completion_ids
     width = completion.shape[1]
@@ -350,17 +377,7 @@ def completion_logprobs(
         prompt_width = samples.prompt_ids.shape[1]
         read = torch.arange(prompt_width - 1, prompt_width + width - 1, device=input_ids.device).expand(len(input_ids), -1)
         hidden = hidden_states_at(model, input_ids, padded_causal_allowed(attention), positions, read)
-        logits = unwrapped(model).get_output_embeddings()(hidden).float()
-    else:
-        logits = model(
-            input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=False, logits_to_keep=width + 1
-        ).logits[:, :-1].float()
-    if temperature > 0:
-        logits = logits / temperature
-    logprobs = logits.log_softmax(dim=-1).gather(-1, completion[..., None]).squeeze(-1)
-    logprobs = logprobs * samples.completion_mask
-    entropy = None
-    if with_entropy:
-        with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
-            entropy = entropy_from_logits(logits if entropy_grad else logits.detach())
-    return logprobs, entropy
+        return unwrapped(model).get_output_embeddings()(hidden).float()
+    return model(
+        input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=False, logits_to_keep=width + 1
+    ).logits[:, :-1].float()

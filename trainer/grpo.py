@@ -179,8 +179,25 @@ def masked_mean(values: Tensor, mask: Tensor) -> float:
     return ((values * mask).sum() / mask.sum().clamp(min=1)).item()
 
 
-def micro_batch_rows(count: int, chunks: int) -> list[Tensor]:
+def micro_batch_rows(count: int, chunks: int, group_size: int = 1) -> list[Tensor]:
+    """Row chunks for gradient accumulation: whole groups when there are at least `chunks` groups, so that
+    each micro-batch still computes a prompt once for its group (share_prompt)."""
+    groups = count // group_size
+    if group_size > 1 and groups >= chunks:
+        return [
+            torch.arange(int(part[0]) * group_size, (int(part[-1]) + 1) * group_size)
+            for part in torch.arange(groups).chunk(chunks)
+        ]
     return [rows for rows in torch.arange(count).chunk(min(chunks, count)) if rows.numel()]
+
+
+def micro_batch(samples: GroupSamples, rows: Tensor) -> GroupSamples:
+    """The samples of one micro-batch; rows that are whole consecutive groups stay groups."""
+    size, first = samples.group_size, int(rows[0])
+    whole_groups = first % size == 0 and rows.numel() % size == 0
+    if whole_groups and torch.equal(rows, torch.arange(first, first + rows.numel())):
+        return samples.select_groups(range(first // size, (first + rows.numel()) // size))
+    return samples.select_rows(rows)
 
 
 def optimizer_update(
@@ -252,7 +269,10 @@ class GRPOLearner:
     def reference_logprobs(self, samples: GroupSamples) -> Tensor | None:
         if self.reference is None:
             return None
-        return completion_logprobs(self.reference, samples, temperature=self.config.temperature)[0]
+        config = self.config
+        return completion_logprobs(
+            self.reference, samples, temperature=config.temperature, share_prompt=config.share_prompt
+        )[0]
 
     def update(
         self, step: int, samples: GroupSamples, advantages: Tensor, ref_logprobs: Tensor | None
@@ -267,9 +287,9 @@ class GRPOLearner:
         for _ in range(config.num_iterations):
             metrics: dict[str, float] = {"loss": 0.0}
             for rows, share in shares:
-                chunk = samples.select_rows(rows) if len(shares) > 1 else samples
+                chunk = micro_batch(samples, rows) if len(shares) > 1 else samples
                 logprobs, entropy = completion_logprobs(
-                    self.policy, chunk, temperature=config.temperature, with_entropy=True
+                    self.policy, chunk, temperature=config.temperature, with_entropy=True, share_prompt=config.share_prompt
                 )
                 loss, loss_metrics = policy_loss(
                     logprobs,
@@ -298,7 +318,7 @@ class GRPOLearner:
     def _micro_batch_shares(self, loss_mask: Tensor) -> list[tuple[Tensor, float]]:
         """Row chunks of the step and the weight of each chunk's loss, so the weighted chunk losses sum to
         the loss of the whole batch under the configured aggregation."""
-        chunks = micro_batch_rows(loss_mask.shape[0], self.config.grad_accum_steps)
+        chunks = micro_batch_rows(loss_mask.shape[0], self.config.grad_accum_steps, self.config.group_size)
         aggregation = self.config.loss_aggregation
         if aggregation == "token-mean":
             sizes = [loss_mask[rows].sum().item() for rows in chunks]

@@ -40,6 +40,11 @@ def additive_mask(allowed: Tensor, dtype: torch.dtype) -> Tensor:
     return bias.masked_fill_(~allowed, torch.finfo(dtype).min)
 
 
+def position_ids_from_mask(attention_mask: Tensor) -> Tensor:
+    """Positions that skip left padding, as transformers' generate computes them."""
+    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
 def padded_causal_allowed(attention_mask: Tensor) -> Tensor:
     """[B, 1, W, W] causal attention over the non-padding keys of a 2D mask; a padding query sees itself."""
     width = attention_mask.shape[1]

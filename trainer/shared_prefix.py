@@ -9,6 +9,10 @@ rejected suffix where the prefix ends. The results equal those of two separate s
 "Accelerating Direct Preference Optimization with Prefix Sharing".
 
 Rows of the log-prob outputs follow `collate_pairs`: chosen 0..B-1, then rejected B..2B-1.
+
+The same packing serves a GRPO group (`pack_groups`): `[prompt | completion 1 | ... | completion G]`, each
+completion seeing the prompt and itself, so the prompt is computed once for its G completions instead of
+G times, in the policy's training forward and in the reference's.
 """
 
 from __future__ import annotations
@@ -22,7 +26,12 @@ from torch import Tensor, nn
 from transformers import PreTrainedModel
 
 from trainer.data import PairExample
-from trainer.selective_forward import hidden_states_at, supports_selective_forward, unwrapped
+from trainer.selective_forward import (
+    hidden_states_at,
+    position_ids_from_mask,
+    supports_selective_forward,
+    unwrapped,
+)
 
 
 @dataclass
@@ -85,7 +94,8 @@ def pack_pairs(pairs: Sequence[PairExample], *, pad_token_id: int) -> PackedPair
     )
 
 
-PREFIX, CHOSEN, REJECTED, PADDING = 0, 1, 2, 3
+# segment ids of packed positions; a group's completions are numbered 1..G like CHOSEN and REJECTED
+PREFIX, CHOSEN, REJECTED, PADDING = 0, 1, 2, -1
 
 
 def _padded(rows: Sequence[Sequence[int]], width: int, value: int) -> Tensor:
@@ -93,13 +103,13 @@ def _padded(rows: Sequence[Sequence[int]], width: int, value: int) -> Tensor:
 
 
 def _attention_allowed(segments: Tensor) -> Tensor:
-    """[B, W, W]: causal; a suffix sees the prefix and itself, not the other suffix."""
-    width = segments.shape[1]
+    """[B, W, W]: causal; a suffix sees the prefix and itself, not the other suffixes."""
+    width, device = segments.shape[1], segments.device
     query, key = segments[:, :, None], segments[:, None, :]
-    causal = torch.ones((width, width), dtype=torch.bool).tril()
+    causal = torch.ones((width, width), dtype=torch.bool, device=device).tril()
     visible = (key == PREFIX) | ((key == query) & (query != PADDING))
     # padding queries attend to themselves only, so no softmax row is empty (NaN)
-    return (causal & visible) | torch.eye(width, dtype=torch.bool)
+    return (causal & visible) | torch.eye(width, dtype=torch.bool, device=device)
 
 
 @dataclass(frozen=True)
@@ -180,3 +190,53 @@ def packed_sequence_logps(model: PreTrainedModel, packed: PackedPairs, *, averag
     lengths = mask.sum(dim=1)
     summed = token_logps.sum(dim=1)
     return (summed / lengths.clamp(min=1) if average else summed), lengths
+
+
+@dataclass
+class PackedGroups:
+    """B prompts with G completions each, one row per prompt: `[prompt | completion 1 | ... | completion G]`.
+
+    input_ids, position_ids [B, P + G*T] (the prompt left-padded to P, each completion right-padded to T);
+    allowed [B, 1, W, W]; read [B, G*T]: for token t of completion g (at g*T + t), the packed position
+    whose hidden state predicts it.
+    """
+
+    input_ids: Tensor
+    position_ids: Tensor
+    allowed: Tensor
+    read: Tensor
+    completion_width: int
+
+
+def pack_groups(prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor, completion_mask: Tensor) -> PackedGroups:
+    """prompt_ids, prompt_mask [B, P] left-padded; completion_ids, completion_mask [B*G, T] right-padded,
+    rows g*G .. g*G + G-1 being the completions of prompt g."""
+    count, prompt_width = prompt_ids.shape
+    rows, width = completion_ids.shape
+    group, device = rows // count, prompt_ids.device
+    completion_numbers = torch.arange(1, group + 1, device=device).repeat_interleave(width)
+    segments = torch.cat(
+        [
+            torch.where(prompt_mask.bool(), PREFIX, PADDING),
+            torch.where(completion_mask.bool().view(count, group * width), completion_numbers, PADDING),
+        ],
+        dim=1,
+    )
+    # every completion continues from the prompt's end, as it would alone behind its own copy of the prompt
+    completion_positions = prompt_mask.long().sum(dim=1, keepdim=True) + torch.arange(width, device=device).repeat(group)
+    # token t of a completion is predicted at its token t - 1, and its first token at the prompt's last position
+    read = prompt_width - 1 + torch.arange(group * width, device=device)
+    read[::width] = prompt_width - 1
+    return PackedGroups(
+        input_ids=torch.cat([prompt_ids, completion_ids.reshape(count, group * width)], dim=1),
+        position_ids=torch.cat([position_ids_from_mask(prompt_mask), completion_positions], dim=1),
+        allowed=_attention_allowed(segments)[:, None],
+        read=read.expand(count, -1),
+        completion_width=width,
+    )
+
+
+def packed_group_hidden_states(model: PreTrainedModel, packed: PackedGroups) -> Tensor:
+    """[B*G, T, H] final hidden states predicting each completion token (row g*G + i: completion i of prompt g)."""
+    hidden = hidden_states_at(model, packed.input_ids, packed.allowed, packed.position_ids, packed.read)
+    return hidden.reshape(-1, packed.completion_width, hidden.shape[-1])

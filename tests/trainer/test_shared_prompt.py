@@ -1,0 +1,144 @@
+"""A GRPO group packed behind one copy of its prompt gives the numbers of G separate sequences."""
+
+import pytest
+import torch
+from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
+
+from trainer.config import config_from_dict
+from trainer.generation import GroupSamples, completion_logprobs
+from trainer.grpo import micro_batch, micro_batch_rows, train
+from trainer.models import LoraOptions, load_policy
+from trainer.shared_prefix import pack_groups
+from trainer.sink import MemorySink
+from trainer.tasks import arithmetic
+
+PROMPTS = ["Calculate 2 + 2\n", "Calculate 11 + 22 + 33 + 44 + 55\n"]  # different lengths: left padding
+GROUP, WIDTH = 3, 6
+# real lengths of the completions (the rest is padding), one ending at its first token
+LENGTHS = [6, 1, 4, 3, 6, 2]
+
+
+def _samples(tokenizer, vocab_size: int) -> GroupSamples:
+    encoded = tokenizer(PROMPTS, padding=True, padding_side="left", return_tensors="pt")
+    generator = torch.Generator().manual_seed(0)
+    completion_ids = torch.randint(3, vocab_size, (len(LENGTHS), WIDTH), generator=generator)
+    completion_mask = (torch.arange(WIDTH)[None, :] < torch.tensor(LENGTHS)[:, None]).long()
+    return GroupSamples(
+        prompt_ids=encoded["input_ids"],
+        prompt_mask=encoded["attention_mask"],
+        completion_ids=completion_ids.masked_fill(completion_mask == 0, tokenizer.pad_token_id),
+        completion_mask=completion_mask,
+        truncated=torch.zeros(len(LENGTHS), dtype=torch.bool),
+        logprobs=torch.zeros(len(LENGTHS), WIDTH),
+        texts=[""] * len(LENGTHS),
+        group_size=GROUP,
+    )
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_model):
+    return AutoTokenizer.from_pretrained(tiny_model)
+
+
+def _both_ways(model, samples: GroupSamples) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """(log-probs, entropy on real tokens, gradient) with and without the shared prompt."""
+    weights = torch.linspace(-1.0, 1.0, samples.completion_ids.numel()).view_as(samples.logprobs)
+    results = []
+    for share_prompt in (True, False):
+        model.zero_grad()
+        logprobs, entropy = completion_logprobs(
+            model, samples, temperature=0.7, with_entropy=True, share_prompt=share_prompt
+        )
+        (logprobs * weights).sum().backward()
+        gradient = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+        results.append((logprobs.detach(), entropy[samples.completion_mask.bool()], gradient))
+    return results
+
+
+def _assert_same(results) -> None:
+    (logprobs, entropy, gradient), (expected_logprobs, expected_entropy, expected_gradient) = results
+    torch.testing.assert_close(logprobs, expected_logprobs, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(entropy, expected_entropy, atol=1e-5, rtol=1e-5)
+    assert gradient.abs().max() > 0
+    torch.testing.assert_close(gradient, expected_gradient, atol=1e-5, rtol=1e-4)
+
+
+def test_pack_groups_lays_out_the_prompt_once_then_each_completion():
+    samples = GroupSamples(
+        prompt_ids=torch.tensor([[0, 5, 6]]),
+        prompt_mask=torch.tensor([[0, 1, 1]]),
+        completion_ids=torch.tensor([[7, 8], [9, 0]]),
+        completion_mask=torch.tensor([[1, 1], [1, 0]]),
+        truncated=torch.zeros(2, dtype=torch.bool),
+        logprobs=torch.zeros(2, 2),
+        texts=["", ""],
+        group_size=2,
+    )
+    packed = pack_groups(samples.prompt_ids, samples.prompt_mask, samples.completion_ids, samples.completion_mask)
+    assert packed.input_ids.tolist() == [[0, 5, 6, 7, 8, 9, 0]]
+    # both completions continue at position 2, where the two-token prompt ends
+    assert packed.position_ids.tolist() == [[0, 0, 1, 2, 3, 2, 3]]
+    # 7 and 9 are predicted at the prompt's last token (2); 8 at 7 (3); the padding slot reads 9 (5)
+    assert packed.read.tolist() == [[2, 3, 2, 5]]
+    allowed = packed.allowed[0, 0]
+    assert allowed[5, 1] and allowed[5, 2] and not allowed[5, 0]  # the prompt, not its left padding
+    assert not allowed[5, 3] and not allowed[5, 4]  # completion 2 does not see completion 1
+    assert allowed[4, 3] and not allowed[3, 4]  # causal within a completion
+
+
+def test_policy_logprobs_entropy_and_gradients_match_separate_sequences(tiny_model, tokenizer):
+    model = load_policy(tiny_model)
+    _assert_same(_both_ways(model, _samples(tokenizer, model.config.vocab_size)))
+
+
+@pytest.mark.parametrize("variant", ["lora", "eager", "gradient_checkpointing"])
+def test_lora_eager_attention_and_checkpointing_match(tiny_model, tokenizer, variant):
+    if variant == "lora":
+        model = load_policy(tiny_model, lora=LoraOptions(r=4, alpha=8, dropout=0.0, target_modules=("all-linear",)))
+        with torch.no_grad():
+            for name, parameter in model.named_parameters():
+                if "lora_B" in name:  # make the adapters matter
+                    parameter.normal_(std=0.5)
+    else:
+        model = load_policy(tiny_model, gradient_checkpointing=variant == "gradient_checkpointing")
+        if variant == "eager":
+            model.set_attn_implementation("eager")
+    _assert_same(_both_ways(model, _samples(tokenizer, model.config.vocab_size)))
+
+
+@pytest.mark.parametrize(
+    ("config_class", "model_class"), [(Qwen2Config, Qwen2ForCausalLM), (Qwen3Config, Qwen3ForCausalLM)]
+)
+def test_qwen_biases_head_norms_and_grouped_keys_match(tokenizer, config_class, model_class):
+    torch.manual_seed(0)
+    config = config_class(
+        vocab_size=400, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=8, max_position_embeddings=128,
+    )
+    _assert_same(_both_ways(model_class(config), _samples(tokenizer, config.vocab_size)))
+
+
+def test_micro_batches_keep_whole_groups(tokenizer):
+    samples = _samples(tokenizer, 384)
+    assert [rows.tolist() for rows in micro_batch_rows(6, 2, GROUP)] == [[0, 1, 2], [3, 4, 5]]
+    assert micro_batch(samples, torch.tensor([3, 4, 5])).group_size == GROUP
+    # more micro-batches than groups: rows, each with its own prompt copy
+    assert [rows.tolist() for rows in micro_batch_rows(6, 3, GROUP)] == [[0, 1], [2, 3], [4, 5]]
+    assert micro_batch(samples, torch.tensor([2, 3])).group_size == 1
+
+
+def test_grpo_runs_the_same_with_and_without_the_shared_prompt(tiny_model, tmp_path):
+    runs = []
+    for share_prompt in (True, False):
+        config = config_from_dict("grpo", {
+            "model": tiny_model, "output_dir": str(tmp_path / str(share_prompt)), "lr": 1e-3, "max_steps": 3,
+            "batch_size": 2, "group_size": 4, "grad_accum_steps": 2, "max_new_tokens": 8, "max_length": 40,
+            "max_prompt_length": 24, "rewards": {"format_tags": 1.0, "length_penalty": 0.5},
+            "share_prompt": share_prompt,
+        })
+        sink = MemorySink()
+        train(config, arithmetic.sft_rows(1, "train", 20), sink)
+        runs.append(sink.metrics)
+    for step in (1, 2, 3):
+        for name in ("loss", "kl", "entropy", "grad_norm", "reward/mean"):
+            assert runs[0][step][name] == pytest.approx(runs[1][step][name], rel=1e-4, abs=1e-6), (step, name)
