@@ -1,6 +1,6 @@
 """GRPO step time: trainer.grpo against TRL's GRPOTrainer with the same settings, and where our time goes.
 
-    python bench/bench_grpo.py [--steps 11 --prompts 2 --group-size 8 --new-tokens 16 --beta 0.04]
+    python bench/bench_grpo.py [--steps 11 --prompts 2 --group-size 8 --new-tokens 16 --beta 0.04 --few-shot 0]
 
 Both sides: the same tiny model directory (hidden 64 x 2 layers unless told), the same level-1 arithmetic
 prompts, G completions per prompt sampled at temperature 1 with no top-k / top-p, the same completion
@@ -9,7 +9,8 @@ TRL runs twice: with its own default gradient checkpointing (TRL's GRPOConfig tu
 like ours, so that the second row compares the implementations alone; with --trl-bf16 a third time with
 bf16=True, TRL's real default, which on a CPU without bf16 units is far slower (shown, not counted: ours
 runs float32 on CPU, so that row measures precision, not implementation). Step 1 is warm-up and excluded;
-times are seconds per optimizer step.
+times are seconds per optimizer step. With --few-shot K every prompt starts with K solved examples, as
+few-shot and system prompts make real RL prompts far longer than the completions.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 
 import torch
 from common import TimingSink, timed_trl_training
+from transformers import AutoTokenizer
 
 from trainer.answers import answers_match, extract_answer
 from trainer.config import GRPOConfig
@@ -40,6 +42,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--hidden-size", type=int, default=64)
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--few-shot", type=int, default=0, help="solved examples before each question (longer prompts)")
     parser.add_argument("--skip-trl", action="store_true", help="time only ours")
     parser.add_argument(
         "--trl-bf16", action="store_true",
@@ -50,7 +53,13 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
-def run_ours(args: argparse.Namespace, model_dir: Path, rows: list[dict]) -> TimingSink:
+def few_shot_rows(rows: list[dict], shots: int) -> list[dict]:
+    """The rows' questions behind `shots` solved examples from the held-out split (none of them a question here)."""
+    examples = "".join(f"{row['prompt']}{row['completion']}\n" for row in arithmetic.sft_rows(1, "test")[:shots])
+    return [{"prompt": examples + row["prompt"], "answer": row["answer"]} for row in rows]
+
+
+def run_ours(args: argparse.Namespace, model_dir: Path, rows: list[dict], prompt_tokens: int) -> TimingSink:
     config = GRPOConfig(
         model=str(model_dir),
         output_dir=tempfile.mkdtemp(prefix="ours-grpo-"),
@@ -58,8 +67,8 @@ def run_ours(args: argparse.Namespace, model_dir: Path, rows: list[dict]) -> Tim
         batch_size=args.prompts,
         group_size=args.group_size,
         max_new_tokens=args.new_tokens,
-        max_length=64 + args.new_tokens,
-        max_prompt_length=64,
+        max_length=prompt_tokens + args.new_tokens,
+        max_prompt_length=prompt_tokens,
         beta=args.beta,
         lr=LR,
         rewards={"answer_match": 1.0},
@@ -107,16 +116,18 @@ def main() -> None:
     args = parse_args()
     root = Path(tempfile.mkdtemp(prefix="preflab-bench-grpo-"))
     model_dir = arithmetic.build_tiny_model(root / "model", hidden_size=args.hidden_size, layers=args.layers)
-    rows = arithmetic.sft_rows(1, "train")
-    rows = [{"prompt": row["prompt"], "answer": row["answer"]} for row in rows]
+    rows = few_shot_rows(arithmetic.sft_rows(1, "train"), args.few_shot)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    lengths = [len(tokenizer(row["prompt"])["input_ids"]) for row in rows]
+    prompt_tokens = max(64, max(lengths))
 
-    ours = run_ours(args, model_dir, rows)
+    ours = run_ours(args, model_dir, rows, prompt_tokens)
     ours_step = ours.timed_seconds() / (args.steps - 1)
     timed = [ours.metrics[step] for step in range(2, args.steps + 1)]
     print(
         f"\nGRPO step: {args.prompts} prompts x G={args.group_size}, {args.new_tokens} new tokens, beta {args.beta}, "
         f"tiny Llama hidden {args.hidden_size} x {args.layers} layers, CPU, {args.threads} thread(s), "
-        f"steps 2..{args.steps}"
+        f"steps 2..{args.steps}; prompts {min(lengths)}-{max(lengths)} tokens ({args.few_shot} solved examples each)"
     )
     print(f"{'':34} {'s/step':>8} {'speed vs TRL defaults':>22}")
     if args.skip_trl:

@@ -28,7 +28,12 @@ from trainer.selective_forward import (
     supports_selective_forward,
     unwrapped,
 )
-from trainer.shared_prefix import pack_groups, packed_group_hidden_states, supports_shared_prefix
+from trainer.shared_prefix import (
+    pack_groups,
+    packed_group_hidden_states,
+    packing_groups_pays,
+    supports_shared_prefix,
+)
 
 
 @dataclass(frozen=True)
@@ -347,7 +352,7 @@ def completion_logprobs(
     from trainer.losses import entropy_from_logits
 
     completion = samples.completion_ids
-    if share_prompt and samples.group_size > 1 and supports_shared_prefix(model):
+    if share_prompt and _packing_groups_pays(model, samples):
         packed = pack_groups(samples.prompt_ids, samples.prompt_mask, completion, samples.completion_mask)
         hidden = packed_group_hidden_states(model, packed)
         logits = unwrapped(model).get_output_embeddings()(hidden).float()
@@ -362,6 +367,15 @@ def completion_logprobs(
         with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
             entropy = entropy_from_logits(logits if entropy_grad else logits.detach())
     return logprobs, entropy
+
+
+def _packing_groups_pays(model: PreTrainedModel, samples: GroupSamples) -> bool:
+    group = samples.group_size
+    return (
+        group > 1
+        and supports_shared_prefix(model)
+        and packing_groups_pays(model, samples.prompt_ids.shape[1], samples.completion_ids.shape[1], group)
+    )
 
 
 def _unshared_completion_logits(model: PreTrainedModel, samples: GroupSamples) -> Tensor:

@@ -236,6 +236,29 @@ def pack_groups(prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor,
     )
 
 
+def packing_groups_pays(model: PreTrainedModel, prompt_width: int, completion_width: int, group: int) -> bool:
+    """Whether one packed row per group costs fewer multiply-adds than G rows of prompt + completion.
+
+    Packing saves (G-1) copies of the prompt in every projection and MLP, but its row is longer, and the
+    attention over a row grows with the square of its length (the masked-out blocks between completions are
+    still computed). So it pays for long prompts and short completions, not for a short prompt before long
+    completions: with hidden 64, an 8-token prompt and G=8, packing is 14 % cheaper at 16 new tokens and
+    60 % dearer at 64.
+    """
+    config = unwrapped(model).config
+    hidden = config.hidden_size
+    heads = config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or hidden // heads
+    key_value_width = config.num_key_value_heads * head_dim
+    per_token = hidden * (2 * heads * head_dim + 2 * key_value_width) + 3 * hidden * config.intermediate_size
+    per_query_key = 2 * heads * head_dim  # the scores and the weighted values
+
+    def cost(rows: int, width: int) -> int:
+        return rows * (width * per_token + width * width * per_query_key)
+
+    return cost(1, prompt_width + group * completion_width) < cost(group, prompt_width + completion_width)
+
+
 def packed_group_hidden_states(model: PreTrainedModel, packed: PackedGroups) -> Tensor:
     """[B*G, T, H] final hidden states predicting each completion token (row g*G + i: completion i of prompt g)."""
     hidden = hidden_states_at(model, packed.input_ids, packed.allowed, packed.position_ids, packed.read)

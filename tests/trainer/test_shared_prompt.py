@@ -8,7 +8,7 @@ from trainer.config import config_from_dict
 from trainer.generation import GroupSamples, completion_logprobs
 from trainer.grpo import micro_batch, micro_batch_rows, train
 from trainer.models import LoraOptions, load_policy
-from trainer.shared_prefix import pack_groups
+from trainer.shared_prefix import pack_groups, packing_groups_pays
 from trainer.sink import MemorySink
 from trainer.tasks import arithmetic
 
@@ -142,3 +142,10 @@ def test_grpo_runs_the_same_with_and_without_the_shared_prompt(tiny_model, tmp_p
     for step in (1, 2, 3):
         for name in ("loss", "kl", "entropy", "grad_norm", "reward/mean"):
             assert runs[0][step][name] == pytest.approx(runs[1][step][name], rel=1e-4, abs=1e-6), (step, name)
+
+
+def test_groups_are_packed_only_where_it_saves_work(tiny_model):
+    model = load_policy(tiny_model)  # hidden 64: an 8-token prompt pays for 16 new tokens, not for 64
+    assert packing_groups_pays(model, prompt_width=8, completion_width=16, group=8)
+    assert not packing_groups_pays(model, prompt_width=8, completion_width=64, group=8)
+    assert packing_groups_pays(model, prompt_width=230, completion_width=64, group=8)
