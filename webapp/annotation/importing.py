@@ -74,6 +74,7 @@ def parse_import(data: bytes, *, file_format: str) -> list[ImportRecord]:
     records: list[ImportRecord] = []
     seen: dict[str, int] = {}
     for line, row in rows:
+        _refuse_nul(line, row)
         record = _record(line, row)
         if record.external_id in seen:
             raise ImportFileError(line, "id", f"{record.external_id!r} already appears on line {seen[record.external_id]}")
@@ -82,6 +83,20 @@ def parse_import(data: bytes, *, file_format: str) -> list[ImportRecord]:
     if not records:
         raise ImportFileError(0, "file", "the file holds no rows")
     return records
+
+
+def _refuse_nul(line: int, value: object, field_name: str = "") -> None:
+    """Postgres cannot store the NUL character in text or jsonb: name the field that holds one."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise ImportFileError(line, field_name, "contains a NUL character (\\u0000), which cannot be stored")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _refuse_nul(line, key, field_name or "key")
+            _refuse_nul(line, item, f"{field_name}.{key}" if field_name else str(key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _refuse_nul(line, item, f"{field_name}[{index}]")
 
 
 def _jsonl_rows(text: str) -> Iterator[tuple[int, dict]]:

@@ -33,6 +33,7 @@ from webapp.annotation.models import (
 )
 from webapp.annotation.preferences import pairs_from_tiers
 from webapp.annotation.selectors import responses_shown
+from webapp.text import storable_text
 
 logger = logging.getLogger(__name__)
 
@@ -156,7 +157,8 @@ def responses_add(*, prompt_id: int, texts: Sequence[str], source: str, source_d
     with transaction.atomic():
         prompt = Prompt.objects.select_for_update().get(pk=prompt_id)
         created = Response.objects.bulk_create(
-            [Response(prompt=prompt, text=text, source=source, source_detail=source_detail) for text in texts]
+            [Response(prompt=prompt, text=storable_text(text), source=source, source_detail=source_detail)
+             for text in texts]
         )
         Prompt.objects.filter(pk=prompt.pk).update(response_count=F("response_count") + len(created))
     return created
@@ -378,7 +380,7 @@ def sampling_job_execute(*, job_id: int) -> None:
         _sample_into_project(job)
     except Exception as error:
         logger.exception("sampling job %s failed", job_id)
-        _sampling_job_set(job_id, status=SamplingJob.Status.FAILED, error=f"{type(error).__name__}: {error}",
+        _sampling_job_set(job_id, status=SamplingJob.Status.FAILED, error=storable_text(f"{type(error).__name__}: {error}"),
                           finished_at=timezone.now())
         return
     _sampling_job_set(job_id, status=SamplingJob.Status.SUCCEEDED, finished_at=timezone.now())

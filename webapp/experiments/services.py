@@ -29,6 +29,7 @@ from django.utils import timezone
 from trainer.config import CONFIG_CLASSES, ConfigError, config_from_dict
 from trainer.sink import encode_json_value
 from webapp.experiments.models import MetricRow, ModelRef, Run, Sample
+from webapp.text import storable_text
 
 logger = logging.getLogger(__name__)
 
@@ -275,6 +276,7 @@ def run_cancel(*, run_id: int) -> None:
 
 
 def run_fail(*, run_id: int, error: str, alert: str | None = None) -> bool:
+    error = storable_text(error)  # an error can quote what the model wrote
     with transaction.atomic():
         run = Run.objects.select_for_update().get(pk=run_id)
         alerts = list(run.alerts)
@@ -426,7 +428,8 @@ def metric_rows_write(*, run_id: int, rows: Iterable[dict[str, Any]]) -> None:
 def samples_write(*, run_id: int, samples: Iterable[dict[str, Any]]) -> None:
     Sample.objects.bulk_create(
         [
-            Sample(run_id=run_id, step=sample["step"], prompt=sample["prompt"], completion=sample["completion"],
+            Sample(run_id=run_id, step=sample["step"], prompt=storable_text(sample["prompt"]),
+                   completion=storable_text(sample["completion"]),
                    rewards=encode_json_value(dict(sample["rewards"])),
                    advantage=encode_json_value(sample["advantage"]))
             for sample in samples

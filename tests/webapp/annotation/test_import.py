@@ -82,6 +82,30 @@ def test_bad_rows_name_their_field(row, line_field):
         parse_import(_jsonl({"prompt": "fine"}, row), file_format="jsonl")
 
 
+@pytest.mark.parametrize(
+    ("row", "field_name"),
+    [
+        ({"prompt": "2+2?\x00"}, "prompt"),
+        ({"prompt": "q", "responses": ["a", "b\x00"]}, "responses[1]"),
+        ({"prompt": "q", "metadata": {"note": "\x00"}}, "metadata.note"),
+    ],
+)
+def test_a_nul_character_is_refused_naming_its_field(row, field_name):
+    # Postgres text and jsonb cannot store it: refused before anything is written
+    with pytest.raises(ImportFileError, match=re.escape(f"line 2, field '{field_name}': contains a NUL character")):
+        parse_import(_jsonl({"prompt": "fine"}, row), file_format="jsonl")
+    with pytest.raises(ImportFileError, match=re.escape("line 3, field 'prompt': contains a NUL character")):
+        parse_import(b"prompt,answer\nfine,1\nbad\x00,2\n", file_format="csv")
+
+
+def test_sampled_responses_with_a_nul_character_are_stored_with_a_replacement_character(project):
+    services.prompts_import(project=project, records=parse_import(_jsonl({"id": "q", "prompt": "Say hi"}), file_format="jsonl"))
+    prompt = Prompt.objects.get(external_id="q")
+    created = services.responses_add(prompt_id=prompt.pk, texts=["hi\x00", "hello"], source="model", source_detail={})
+    assert [response.text for response in created] == ["hi\ufffd", "hello"]
+    assert list(prompt.responses.order_by("pk").values_list("text", flat=True)) == ["hi\ufffd", "hello"]
+
+
 def test_invalid_json_names_the_line():
     with pytest.raises(ImportFileError, match="line 2, field 'json'"):
         parse_import(b'{"prompt": "a"}\n{"prompt": ', file_format="jsonl")

@@ -127,6 +127,15 @@ def test_resume_rewinds_rows_after_the_checkpoint_and_requeues(tiny_model, resea
     assert queued == [run.pk]
 
 
+def test_a_sample_with_a_nul_character_is_stored_with_a_replacement_character(tiny_model, researcher, queued):
+    # a young policy over a byte-level tokenizer can write any byte; Postgres text cannot hold NUL
+    run = _create(tiny_model, researcher)
+    services.samples_write(run_id=run.pk, samples=[
+        {"step": 1, "prompt": "Calculate 1 + 1\n", "completion": "2\x00<answer>", "rewards": {"answer_match": 0.0},
+         "advantage": -0.5}])
+    assert Sample.objects.get(run=run).completion == "2\ufffd<answer>"
+
+
 def test_config_diff_shows_only_differing_keys(tiny_model, researcher, queued):
     first = _create(tiny_model, researcher)
     second = _create(tiny_model, researcher, lr=0.001, seed=3)
