@@ -7,8 +7,8 @@ prompts, G completions per prompt sampled at temperature 1 with no top-k / top-p
 length cap, loss_type "grpo" (sequence mean), one iteration per generation, the exact-answer reward.
 TRL runs twice: with its own default gradient checkpointing (TRL's GRPOConfig turns it on) and with it off
 like ours, so that the second row compares the implementations alone; with --trl-bf16 a third time with
-bf16=True, TRL's real default, which on a CPU without bf16 units is far slower (shown, not counted: ours
-runs float32 on CPU, so that row measures precision, not implementation). Step 1 is warm-up and excluded;
+bf16=True, TRL's real default (shown, not counted: ours runs float32 on CPU, so that row measures precision,
+not implementation; how fast bf16 runs depends on whether the CPU has bf16 units). Step 1 is warm-up and excluded;
 times are seconds per optimizer step. With --few-shot K every prompt starts with K solved examples, as
 few-shot and system prompts make real RL prompts far longer than the completions.
 """
@@ -141,7 +141,7 @@ def main() -> None:
         print(f"ours vs TRL without gradient checkpointing: {trl_plain / ours_step:.2f}x")
         if args.trl_bf16:
             trl_bf16 = run_trl(args, model_dir, rows, gradient_checkpointing=True, bf16=True)
-            print(f"TRL with bf16=True as well (its real default; this CPU has no bf16 units): {trl_bf16:.3f} s/step, "
+            print(f"TRL with bf16=True as well (its real default): {trl_bf16:.3f} s/step, "
                   f"{trl_bf16 / ours_step:.2f}x ours -- a precision difference, not counted")
     print("\nwhere our step time goes (median over the timed steps):")
     for name in ("time/generation_s", "time/scoring_s", "time/backward_s", "time/step_s"):
