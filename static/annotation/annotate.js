@@ -295,12 +295,13 @@
 
   function init() {
     if (localStorage.getItem("preflab-annotation-layout") === "side") document.body.classList.add("responses-side");
-    const root = document.getElementById("annotate-item");
-    if (root) setUp(root);
     document.addEventListener("keydown", onKey);
     document.getElementById("layout-toggle")?.addEventListener("click", toggleLayout);
     $$("[data-open]").forEach((button) => button.addEventListener("click", () => toggleDialog(button.dataset.open)));
-    document.body.addEventListener("htmx:afterSwap", () => {
+    // An item is set up (and its first response focused) only once htmx has processed it: htmx:load fires
+    // for the page when the DOM is loaded, and for each swapped-in item after it settles. A key pressed on
+    // an item htmx had not bound yet would submit its form natively, with a full page load.
+    document.body.addEventListener("htmx:load", () => {
       const fresh = document.getElementById("annotate-item");
       if (fresh && fresh !== item) setUp(fresh);
     });
@@ -310,6 +311,5 @@
     });
   }
 
-  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", init);
-  else init();
+  init();
 })();

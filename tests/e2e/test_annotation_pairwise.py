@@ -8,10 +8,22 @@ from webapp.annotation.models import Project, Ranking
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
+# counts the times a response got focus while htmx had not yet bound its item's form
+COUNT_UNBOUND_FOCUS = """
+window.__unboundFocus = 0;
+document.addEventListener("focusin", (event) => {
+  const form = event.target.closest?.(".response") && document.getElementById("item-form");
+  if (form && !form["htmx-internal-data"]?.initHash) window.__unboundFocus += 1;
+}, true);
+"""
+
 
 def test_tie_then_a_better_by_keys(page, live_server, annotator):
     project = make_project(items=2, responses=2, members=[annotator], mode=Project.Mode.PAIRWISE)
     log_in(page, live_server, "abel", "abel-password-1")
+    # a key works as soon as a response has focus, so htmx must have bound the form by then (else the form
+    # submits natively, with a page load)
+    page.add_init_script(COUNT_UNBOUND_FOCUS)
     page.goto(f"{live_server.url}/annotate/{project.pk}/")
     page.wait_for_selector(".response:focus")
     page.evaluate("window.__sameDocument = true")
@@ -29,4 +41,5 @@ def test_tie_then_a_better_by_keys(page, live_server, annotator):
     assert second.tiers[0] == [a_id]
     assert second.pairs.get().chosen_id == a_id
     assert page.evaluate("window.__sameDocument") is True  # htmx swapped fragments; the page never reloaded
+    assert page.evaluate("window.__unboundFocus") == 0
     assert page.js_errors == []
