@@ -28,6 +28,11 @@ class ConfigError(ValueError):
         self.message = message
 
 
+# Run alerts (raised by the web app from the logged metrics); the online kinds can set their own.
+DEFAULT_ALERT_KL_ABOVE = 1.0
+DEFAULT_ALERT_ENTROPY_BELOW = 0.05
+
+
 def _option(default: Any, help: str, group: str, **extra: Any) -> Any:
     metadata = {"help": help, "group": group, **extra}
     if isinstance(default, list):
@@ -308,13 +313,25 @@ class OnlineConfig(BaseConfig):
         64, "L_cache of the soft_overlong reward: the penalty ramps from max_new_tokens - this to max_new_tokens.", "data"
     )
     samples_per_log: int = _option(4, "Completions recorded (with rewards and advantage) every sample_every steps.", "logging")
+    alert_kl_above: float = _option(
+        DEFAULT_ALERT_KL_ABOVE,
+        "Flag the run (on its page) when the KL to the reference rises above this: the policy has left the "
+        "reference far behind. 0 turns the alert off.",
+        "logging",
+    )
+    alert_entropy_below: float = _option(
+        DEFAULT_ALERT_ENTROPY_BELOW,
+        "Flag the run when the mean token entropy falls below this: sampling has collapsed onto a few "
+        "completions. 0 turns the alert off.",
+        "logging",
+    )
 
     def validate(self) -> None:
         from trainer.rewards import check_reward_weights
 
         super().validate()
         _positive(self, "max_new_tokens", "samples_per_log")
-        _non_negative(self, "temperature", "top_k")
+        _non_negative(self, "temperature", "top_k", "alert_kl_above", "alert_entropy_below")
         if not 0.0 < self.top_p <= 1.0:
             raise ConfigError("top_p", f"must be in (0, 1], got {self.top_p}")
         if self.max_prompt_length + self.max_new_tokens > self.max_length:

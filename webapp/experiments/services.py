@@ -13,6 +13,7 @@ import re
 import traceback
 import uuid
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from importlib import import_module
 from pathlib import Path
@@ -26,7 +27,13 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from trainer.config import CONFIG_CLASSES, ConfigError, config_from_dict
+from trainer.config import (
+    CONFIG_CLASSES,
+    DEFAULT_ALERT_ENTROPY_BELOW,
+    DEFAULT_ALERT_KL_ABOVE,
+    ConfigError,
+    config_from_dict,
+)
 from trainer.sink import encode_json_value
 from webapp.experiments.models import MetricRow, ModelRef, Run, Sample
 from webapp.text import storable_text
@@ -58,10 +65,6 @@ REQUIRED_UPLOAD_FIELDS = {
 DATA_SOURCE_TYPES = ("arithmetic", "project_pairs", "project_prompts", "upload")
 ARITHMETIC_EVAL_ROWS = 8
 TRACEBACK_LINES = 30
-# Alert thresholds (DESIGN section 5 metric names). KL this high means the policy left the reference far
-# behind; entropy this low means sampling has collapsed onto one completion.
-KL_ALERT_THRESHOLD = 1.0
-ENTROPY_COLLAPSE_THRESHOLD = 0.05
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
@@ -380,19 +383,33 @@ def run_heartbeat(*, run_id: int) -> None:
     Run.objects.filter(pk=run_id).update(heartbeat_at=timezone.now())
 
 
-def _alerts_for(step: int, metrics: Mapping[str, float]) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class AlertThresholds:
+    """When a run is flagged; 0 turns an alert off. The online kinds set them in their config."""
+
+    kl_above: float = DEFAULT_ALERT_KL_ABOVE
+    entropy_below: float = DEFAULT_ALERT_ENTROPY_BELOW
+
+    @classmethod
+    def of(cls, config: Mapping[str, Any]) -> AlertThresholds:
+        return cls(
+            kl_above=float(config.get("alert_kl_above", DEFAULT_ALERT_KL_ABOVE)),
+            entropy_below=float(config.get("alert_entropy_below", DEFAULT_ALERT_ENTROPY_BELOW)),
+        )
+
+
+def _alerts_for(step: int, metrics: Mapping[str, float], thresholds: AlertThresholds) -> list[dict[str, Any]]:
     alerts = []
     loss = metrics.get("loss")
     if loss is not None and not math.isfinite(loss):
         alerts.append({"kind": "loss_nan", "step": step, "message": f"loss is {loss} at step {step}"})
-    kl = metrics.get("kl")
-    if kl is not None and math.isfinite(kl) and kl > KL_ALERT_THRESHOLD:
-        alerts.append({"kind": "kl_high", "step": step,
-                       "message": f"KL {kl:.3g} above {KL_ALERT_THRESHOLD} at step {step}"})
-    entropy = metrics.get("entropy")
-    if entropy is not None and math.isfinite(entropy) and entropy < ENTROPY_COLLAPSE_THRESHOLD:
+    kl, limit = metrics.get("kl"), thresholds.kl_above
+    if kl is not None and math.isfinite(kl) and limit > 0 and kl > limit:
+        alerts.append({"kind": "kl_high", "step": step, "message": f"KL {kl:.3g} above {limit:g} at step {step}"})
+    entropy, floor = metrics.get("entropy"), thresholds.entropy_below
+    if entropy is not None and math.isfinite(entropy) and floor > 0 and entropy < floor:
         alerts.append({"kind": "entropy_collapse", "step": step,
-                       "message": f"entropy {entropy:.3g} below {ENTROPY_COLLAPSE_THRESHOLD} at step {step}"})
+                       "message": f"entropy {entropy:.3g} below {floor:g} at step {step}"})
     return alerts
 
 
@@ -406,7 +423,6 @@ def metric_rows_write(*, run_id: int, rows: Iterable[dict[str, Any]]) -> None:
                   metrics=encode_json_value(dict(row["metrics"])))
         for row in rows
     ]
-    new_alerts = [alert for row in rows for alert in _alerts_for(row["step"], row["metrics"])]
     last = max(rows, key=lambda row: row["step"])
     with transaction.atomic():
         MetricRow.objects.bulk_create(
@@ -414,6 +430,8 @@ def metric_rows_write(*, run_id: int, rows: Iterable[dict[str, Any]]) -> None:
             update_fields=["wall_time", "tokens_seen", "metrics"],
         )
         run = Run.objects.select_for_update().get(pk=run_id)
+        thresholds = AlertThresholds.of(run.config)
+        new_alerts = [alert for row in rows for alert in _alerts_for(row["step"], row["metrics"], thresholds)]
         alerts = list(run.alerts)
         for alert in new_alerts:
             if not any(existing["kind"] == alert["kind"] for existing in alerts):

@@ -91,6 +91,21 @@ def test_kl_and_entropy_alerts_are_raised_once(tiny_model, researcher, queued):
     assert [(alert["kind"], alert["step"]) for alert in run.alerts] == [("kl_high", 1), ("entropy_collapse", 1)]
 
 
+def test_a_run_sets_its_own_alert_thresholds_and_zero_turns_one_off(tiny_model, researcher, queued):
+    config = {"model": tiny_model.path, "batch_size": 2, "group_size": 2, "max_new_tokens": 8, "max_length": 40,
+              "max_prompt_length": 16, "max_steps": 4, "alert_kl_above": 5.0, "alert_entropy_below": 0}
+    run = services.run_create(kind="grpo", config=config, data_source=ARITHMETIC, created_by=researcher, name="grpo")
+    for step, kl in ((1, 3.0), (2, 6.0)):
+        services.metric_rows_write(run_id=run.pk, rows=[
+            {"step": step, "wall_time": 0.0, "tokens_seen": 0, "metrics": {"kl": kl, "entropy": 0.001}}])
+    run.refresh_from_db()
+    assert [(alert["kind"], alert["step"]) for alert in run.alerts] == [("kl_high", 2)]
+    assert run.alerts[0]["message"] == "KL 6 above 5 at step 2"
+    with pytest.raises(ValidationError, match="alert_kl_above"):
+        services.run_create(kind="grpo", config={**config, "alert_kl_above": -1.0}, data_source=ARITHMETIC,
+                            created_by=researcher, name="bad")
+
+
 def test_stale_heartbeat_fails_the_run_with_the_reason(tiny_model, researcher, queued):
     run = _create(tiny_model, researcher)
     old = timezone.now() - timedelta(seconds=30)
