@@ -1,10 +1,14 @@
-"""Export time for 100k preference pairs (TRL JSONL and CSV, streamed through the real view), on Postgres.
+"""Export time for 100k preference pairs (TRL JSONL and CSV streamed, and the datasets zip, through the real
+views), on Postgres; for the zip also the peak of extra anonymous memory while the server builds it.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/preflab_bench .venv/bin/python bench/bench_export.py
 """
 
 import argparse
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from bench_annotation_queue import temporary_database
 
@@ -51,6 +55,33 @@ def timed_download(client, url: str) -> tuple[float, int, int]:
     return time.perf_counter() - started, size, lines
 
 
+def anonymous_memory_mb() -> int:
+    """This process's resident anonymous memory (file-backed pages, e.g. memory-mapped Arrow files, excluded)."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) // 1024
+    raise RuntimeError("no RssAnon in /proc/self/status")
+
+
+@contextmanager
+def peak_anonymous_growth_mb() -> Iterator[list[int]]:
+    """Yields a one-item list that holds, on exit, the peak growth of anonymous memory during the block."""
+    base, peak, done = anonymous_memory_mb(), [0], threading.Event()
+
+    def watch() -> None:
+        while not done.wait(0.005):
+            peak[0] = max(peak[0], anonymous_memory_mb() - base)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        yield peak
+    finally:
+        done.set()
+        watcher.join()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=100_000)
@@ -69,6 +100,12 @@ def main() -> None:
         for kind in ("pairs.jsonl", "pairs.csv"):
             seconds, size, lines = timed_download(client, f"/projects/{project_id}/export/{kind}/")
             print(f"  {kind:<12} {lines:>7} lines  {size / 1e6:7.1f} MB  {seconds:6.2f} s  ({lines / seconds:,.0f} lines/s)")
+        import datasets  # noqa: F401  (loaded before measuring, as a warm server would have it)
+
+        with peak_anonymous_growth_mb() as peak:
+            seconds, size, _ = timed_download(client, f"/projects/{project_id}/export/dataset.zip/")
+        print(f"  {'dataset.zip':<12} {args.pairs:>7} pairs  {size / 1e6:7.1f} MB  {seconds:6.2f} s  "
+              f"(peak extra anonymous memory {peak[0]} MB)")
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 import csv
 import io
+import itertools
 import json
 import shutil
 import tempfile
@@ -42,15 +43,50 @@ def csv_lines(rows: Iterable[dict], columns: tuple[str, ...] = PAIR_COLUMNS) -> 
         yield flush()
 
 
-def save_dataset(rows: Iterable[dict], directory: Path) -> int:
-    """Write rows as a datasets directory (load it back with datasets.load_from_disk); returns the row count."""
-    from datasets import Dataset  # pyarrow is heavy: loaded only when a dataset is written
+# Rows converted to Arrow at a time when writing a datasets directory: memory stays bounded by a chunk.
+DATASET_CHUNK_ROWS = 10_000
 
-    materialised = list(rows)
-    if not materialised:
-        raise ValueError("nothing to export: the project has no preference pairs")
-    Dataset.from_list(materialised).save_to_disk(str(directory))
-    return len(materialised)
+
+def pair_features():  # -> datasets.Features, imported lazily (pyarrow is heavy)
+    """The pairs' schema, fixed so that it does not depend on the data or on how rows fall into chunks:
+    inference would type a column that is empty in every row (no margins, say) as null, not float64."""
+    from datasets import Features, Value
+
+    text, number = Value("string"), Value("float64")
+    return Features({"prompt": text, "chosen": text, "rejected": text, "weight": number, "margin": number,
+                     "ranking_id": Value("int64"), "annotator": text})
+
+
+def save_dataset(rows: Iterable[dict], directory: Path, *, chunk_rows: int = DATASET_CHUNK_ROWS) -> int:
+    """Write pair rows as a datasets directory (load it back with datasets.load_from_disk); returns the row count.
+
+    Each chunk of rows becomes a memory-mapped part on disk, and the parts are joined into the directory at the
+    end, so a project of a million pairs needs the memory of one chunk, not of the whole dataset.
+    """
+    from datasets import Dataset, concatenate_datasets, load_from_disk
+
+    directory = Path(directory)
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    parts_root = Path(tempfile.mkdtemp(prefix=".parts-", dir=directory.parent))
+    try:
+        parts, count = [], 0
+        for index, chunk in enumerate(_chunks(rows, chunk_rows)):
+            part = parts_root / f"part-{index:05d}"
+            Dataset.from_list(chunk, features=pair_features()).save_to_disk(str(part))
+            parts.append(load_from_disk(str(part)))
+            count += len(chunk)
+        if not count:
+            raise ValueError("nothing to export: the project has no preference pairs")
+        concatenate_datasets(parts).save_to_disk(str(directory))
+    finally:
+        shutil.rmtree(parts_root, ignore_errors=True)
+    return count
+
+
+def _chunks(rows: Iterable[dict], size: int) -> Iterator[list[dict]]:
+    iterator = iter(rows)
+    while chunk := list(itertools.islice(iterator, size)):
+        yield chunk
 
 
 def dataset_zip(rows: Iterable[dict], *, name: str) -> Path:

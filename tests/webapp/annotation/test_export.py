@@ -72,3 +72,27 @@ def test_raw_rankings_and_a_datasets_directory(researcher_client, ranked_project
                  str(tmp_path / "ds"), stdout=io.StringIO())
     dataset = load_from_disk(str(tmp_path / "ds"))
     assert len(dataset) == 3 and set(dataset.column_names) >= {"prompt", "chosen", "rejected", "weight", "margin"}
+
+
+@pytest.mark.django_db(False)
+def test_a_datasets_directory_is_written_chunk_by_chunk_with_a_fixed_schema(tmp_path):
+    from datasets import load_from_disk
+
+    from webapp.annotation.exporting import pair_features, save_dataset
+
+    # the first chunk has no margin, ranking or annotator at all: inferred per chunk, its columns would be null
+    rows = [{"prompt": f"q{i}", "chosen": f"good {i}", "rejected": f"bad {i}", "weight": 1.0 / (i + 1),
+             "margin": None if i < 2 else float(i), "ranking_id": None if i < 2 else i,
+             "annotator": None if i < 2 else "ann"} for i in range(5)]
+    assert save_dataset(iter(rows), tmp_path / "ds", chunk_rows=2) == 5
+    dataset = load_from_disk(str(tmp_path / "ds"))
+    assert dataset.features == pair_features()
+    assert dataset.to_list() == rows
+    assert [path.name for path in tmp_path.iterdir()] == ["ds"]  # the chunk parts are gone
+    # imported pairs only: no margins, rankings or annotators anywhere, and still the same column types
+    unranked = [{**row, "margin": None, "ranking_id": None, "annotator": None} for row in rows]
+    save_dataset(iter(unranked), tmp_path / "unranked", chunk_rows=2)
+    assert load_from_disk(str(tmp_path / "unranked")).features == pair_features()
+    with pytest.raises(ValueError, match="no preference pairs"):
+        save_dataset(iter([]), tmp_path / "empty")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["ds", "unranked"]
