@@ -22,11 +22,11 @@ from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 from trainer.fast_decode import KVDecoder, supports_fast_decode
 from trainer.selective_forward import (
     additive_mask,
+    head_logits,
     hidden_states_at,
     padded_causal_allowed,
     position_ids_from_mask,
     supports_selective_forward,
-    unwrapped,
 )
 from trainer.shared_prefix import (
     pack_groups,
@@ -355,7 +355,7 @@ def completion_logprobs(
     if share_prompt and _packing_groups_pays(model, samples):
         packed = pack_groups(samples.prompt_ids, samples.prompt_mask, completion, samples.completion_mask)
         hidden = packed_group_hidden_states(model, packed)
-        logits = unwrapped(model).get_output_embeddings()(hidden).float()
+        logits = head_logits(model, hidden)
     else:
         logits = _unshared_completion_logits(model, samples)
     if temperature > 0:
@@ -391,7 +391,7 @@ def _unshared_completion_logits(model: PreTrainedModel, samples: GroupSamples) -
         prompt_width = samples.prompt_ids.shape[1]
         read = torch.arange(prompt_width - 1, prompt_width + width - 1, device=input_ids.device).expand(len(input_ids), -1)
         hidden = hidden_states_at(model, input_ids, padded_causal_allowed(attention), positions, read)
-        return unwrapped(model).get_output_embeddings()(hidden).float()
+        return head_logits(model, hidden)
     return model(
         input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=False, logits_to_keep=width + 1
     ).logits[:, :-1].float()

@@ -192,10 +192,9 @@ def micro_batch_rows(count: int, chunks: int, group_size: int = 1) -> list[Tenso
 
 
 def micro_batch(samples: GroupSamples, rows: Tensor) -> GroupSamples:
-    """The samples of one micro-batch; rows that are whole consecutive groups stay groups."""
+    """The samples of one micro-batch (consecutive rows from micro_batch_rows); whole groups stay groups."""
     size, first = samples.group_size, int(rows[0])
-    whole_groups = first % size == 0 and rows.numel() % size == 0
-    if whole_groups and torch.equal(rows, torch.arange(first, first + rows.numel())):
+    if first % size == 0 and rows.numel() % size == 0:
         return samples.select_groups(range(first // size, (first + rows.numel()) // size))
     return samples.select_rows(rows)
 

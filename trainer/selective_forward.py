@@ -76,6 +76,11 @@ def hidden_states_at(
     return body.norm(hidden)
 
 
+def head_logits(model: PreTrainedModel, hidden: Tensor) -> Tensor:
+    """Float32 logits of the LM head at final hidden states (from `hidden_states_at`)."""
+    return unwrapped(model).get_output_embeddings()(hidden).float()
+
+
 def _gather_rows(values: Tensor, read: Tensor) -> Tensor:
     """values [B, W, ...] at read [B, K] -> [B, K, ...]."""
     rows = torch.arange(values.shape[0], device=values.device)[:, None]

@@ -27,6 +27,7 @@ from transformers import PreTrainedModel
 
 from trainer.data import PairExample
 from trainer.selective_forward import (
+    head_logits,
     hidden_states_at,
     position_ids_from_mask,
     supports_selective_forward,
@@ -176,7 +177,7 @@ def packed_completion_logps(model: PreTrainedModel, packed: PackedPairs) -> tupl
     hidden = hidden_states_at(model, packed.input_ids, packed.allowed, packed.position_ids, read)
     pair_rows = torch.arange(count, device=device).repeat(2)[:, None]
     selected = hidden[pair_rows, (packed.predict_positions - packed.read_start).clamp(min=0)]
-    logits = unwrapped(model).get_output_embeddings()(selected).float()
+    logits = head_logits(model, selected)
     # cross_entropy is a fused log_softmax + gather
     logps = -F.cross_entropy(
         logits.reshape(-1, logits.shape[-1]), packed.targets.reshape(-1), reduction="none"

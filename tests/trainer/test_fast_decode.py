@@ -11,14 +11,12 @@ from transformers import (
     Qwen3ForCausalLM,
 )
 
+from tests.trainer.tiny_decoders import make_matter, tiny_decoder
 from trainer import fast_decode
 from trainer.fast_decode import KVDecoder, fused_projections, supports_fast_decode
 from trainer.generation import position_ids_from_mask
 from trainer.models import LoraOptions, load_policy
 from trainer.selective_forward import additive_mask
-
-SIZES = {"vocab_size": 97, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
-         "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8, "max_position_embeddings": 64}
 
 
 def _logits_step_by_step(model, prompt_ids, prompt_mask, continuation):
@@ -62,32 +60,22 @@ def _check(model, vocab):
     [(LlamaConfig, LlamaForCausalLM, True), (Qwen2Config, Qwen2ForCausalLM, True), (Qwen3Config, Qwen3ForCausalLM, False)],
 )
 def test_logits_equal_the_transformers_forward(config_class, model_class, fused):
-    torch.manual_seed(0)
-    model = model_class(config_class(**SIZES)).eval()
-    if config_class is Qwen2Config:  # Qwen2 projects q, k and v with biases: make them matter
-        with torch.no_grad():
-            for layer in model.model.layers:
-                for projection in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
-                    projection.bias.normal_(std=0.5)
+    model = tiny_decoder(config_class, model_class).eval()  # Qwen2's q, k and v biases included
     assert supports_fast_decode(model)
     assert (fused_projections(list(model.model.layers), 8) is not None) == fused
-    _check(model, SIZES["vocab_size"])
+    _check(model, model.config.vocab_size)
 
 
 def test_unfused_path_when_the_weights_are_too_large_to_copy(monkeypatch):
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(LlamaConfig(**SIZES)).eval()
+    model = tiny_decoder(LlamaConfig, LlamaForCausalLM).eval()
     monkeypatch.setattr(fast_decode, "FUSED_WEIGHTS_MAX_BYTES", 0)
     assert fused_projections(list(model.model.layers), 8) is None
-    _check(model, SIZES["vocab_size"])
+    _check(model, model.config.vocab_size)
 
 
 def test_lora_layers_decode_through_their_own_forward(tiny_model):
     model = load_policy(tiny_model, lora=LoraOptions(r=4, alpha=8, dropout=0.0, target_modules=("all-linear",)))
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            if "lora_B" in name:
-                parameter.normal_(std=0.5)
+    make_matter(model, "lora_B")
     model.eval()
     body = model.get_base_model().model
     assert supports_fast_decode(model) and fused_projections(list(body.layers), body.layers[0].self_attn.head_dim) is None

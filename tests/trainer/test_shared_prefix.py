@@ -14,6 +14,7 @@ from transformers import (
     Qwen3ForCausalLM,
 )
 
+from tests.trainer.tiny_decoders import make_matter, tiny_decoder
 from trainer.data import Limits, PairExample, SequenceExample, collate_pairs, tokenize_pairs
 from trainer.logprobs import sequence_logps
 from trainer.models import LoraOptions, load_policy, load_reward_model
@@ -82,10 +83,7 @@ def test_policy_logps_and_gradients_match_separate_sequences(tiny_model, pairs, 
 
 def test_lora_policy_matches_separate_sequences(tiny_model, pairs):
     model = load_policy(tiny_model, lora=LoraOptions(r=4, alpha=8, dropout=0.0, target_modules=("all-linear",)))
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            if "lora_B" in name:  # B starts at zero; make the adapters matter
-                parameter.normal_(std=0.5)
+    make_matter(model, "lora_B")
     assert supports_shared_prefix(model)
     actual, expected = _logps_both_ways(model, pairs)
     torch.testing.assert_close(actual, expected, atol=1e-5, rtol=1e-5)
@@ -106,12 +104,7 @@ def test_reward_model_scores_match_the_classifier_on_each_sequence(tiny_model, p
     ("config_class", "model_class"), [(Qwen2Config, Qwen2ForCausalLM), (Qwen3Config, Qwen3ForCausalLM)]
 )
 def test_qwen_attention_biases_head_norms_and_grouped_keys_match(pairs, config_class, model_class):
-    torch.manual_seed(0)
-    config = config_class(
-        vocab_size=400, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=8, max_position_embeddings=128,
-    )
-    model = model_class(config)
+    model = tiny_decoder(config_class, model_class)
     assert supports_shared_prefix(model)
     actual, expected = _logps_both_ways(model, pairs)
     torch.testing.assert_close(actual, expected, atol=1e-5, rtol=1e-5)
@@ -152,10 +145,7 @@ def test_eager_attention_takes_the_additive_mask(tiny_model, pairs):
 def test_lora_reward_model_scores_match_the_classifier(tiny_model, pairs):
     lora = LoraOptions(r=4, alpha=8, dropout=0.0, target_modules=("all-linear",))
     model = load_reward_model(tiny_model, pad_token_id=0, lora=lora).eval()
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            if "lora_B" in name or "modules_to_save" in name:  # make the adapters and the trained head matter
-                parameter.normal_(std=0.5)
+    make_matter(model, "lora_B", "modules_to_save")  # the adapters and the trained head
     assert supports_shared_prefix(model)
     chosen, rejected = packed_pair_scores(model, pack_pairs(pairs, pad_token_id=0))
     with torch.no_grad():

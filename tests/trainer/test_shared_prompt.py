@@ -4,6 +4,7 @@ import pytest
 import torch
 from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
+from tests.trainer.tiny_decoders import make_matter, tiny_decoder
 from trainer.config import config_from_dict
 from trainer.generation import GroupSamples, completion_logprobs
 from trainer.grpo import micro_batch, micro_batch_rows, train
@@ -95,10 +96,7 @@ def test_policy_logprobs_entropy_and_gradients_match_separate_sequences(tiny_mod
 def test_lora_eager_attention_and_checkpointing_match(tiny_model, tokenizer, variant):
     if variant == "lora":
         model = load_policy(tiny_model, lora=LoraOptions(r=4, alpha=8, dropout=0.0, target_modules=("all-linear",)))
-        with torch.no_grad():
-            for name, parameter in model.named_parameters():
-                if "lora_B" in name:  # make the adapters matter
-                    parameter.normal_(std=0.5)
+        make_matter(model, "lora_B")
     else:
         model = load_policy(tiny_model, gradient_checkpointing=variant == "gradient_checkpointing")
         if variant == "eager":
@@ -110,12 +108,8 @@ def test_lora_eager_attention_and_checkpointing_match(tiny_model, tokenizer, var
     ("config_class", "model_class"), [(Qwen2Config, Qwen2ForCausalLM), (Qwen3Config, Qwen3ForCausalLM)]
 )
 def test_qwen_biases_head_norms_and_grouped_keys_match(tokenizer, config_class, model_class):
-    torch.manual_seed(0)
-    config = config_class(
-        vocab_size=400, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=8, max_position_embeddings=128,
-    )
-    _assert_same(_both_ways(model_class(config), _samples(tokenizer, config.vocab_size)))
+    model = tiny_decoder(config_class, model_class)
+    _assert_same(_both_ways(model, _samples(tokenizer, model.config.vocab_size)))
 
 
 def test_micro_batches_keep_whole_groups(tokenizer):

@@ -68,11 +68,12 @@ def save_dataset(rows: Iterable[dict], directory: Path, *, chunk_rows: int = DAT
     directory = Path(directory)
     directory.parent.mkdir(parents=True, exist_ok=True)
     parts_root = Path(tempfile.mkdtemp(prefix=".parts-", dir=directory.parent))
+    features = pair_features()
     try:
         parts, count = [], 0
         for index, chunk in enumerate(_chunks(rows, chunk_rows)):
             part = parts_root / f"part-{index:05d}"
-            Dataset.from_list(chunk, features=pair_features()).save_to_disk(str(part))
+            Dataset.from_list(chunk, features=features).save_to_disk(str(part))
             parts.append(load_from_disk(str(part)))
             count += len(chunk)
         if not count:
