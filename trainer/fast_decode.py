@@ -4,11 +4,14 @@ Sampling a few dozen tokens from a small policy is bound by per-call overhead, n
 transformers forward rebuilds masks, rotary tables and cache bookkeeping on every token. This runs the
 same modules (so LoRA layers and any dtype work as they are) through a minimal path: rotary tables built
 once per call, keys and values written in place into a cache sized for prompt + max_new_tokens, and one
-attention call per layer. Its logits equal the transformers forward's to float rounding (tested).
+attention call per layer. Where the projections are plain Linear layers they are fused per layer, with the
+RMSNorm weights folded into them (FusedLayer), so a norm is one row-norm kernel and a division. Its logits
+equal the transformers forward's to float rounding (tested).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -54,6 +57,7 @@ class KVDecoder:
         self.cos, self.sin = self.body.rotary_emb(probe, position_ids=positions)  # [rows, capacity, D]
         self.length = 0
         self.fused = fused_projections(self.layers, self.head_dim)
+        self.folded_head = folded_head(self.head, self.body.norm) if self.fused is not None else None
 
     def repeat_rows(self, times: int) -> None:
         """Each row becomes `times` consecutive rows (a prompt's cache shared by its group)."""
@@ -66,38 +70,51 @@ class KVDecoder:
 
         key_bias [rows, 1, q, length + q]: 0 where a query may attend a slot, very negative elsewhere.
         """
+        if self.fused is not None:
+            return self._fused_forward(input_ids, key_bias)
         start, count = self.length, input_ids.shape[1]
         end = start + count
-        if self.fused is not None:
-            cos, sin = self.cos[:, start:end, None], self.sin[:, start:end, None]
-        else:
-            cos, sin = self.cos[:, None, start:end], self.sin[:, None, start:end]
+        cos, sin = self.cos[:, None, start:end], self.sin[:, None, start:end]
         hidden = self.body.embed_tokens(input_ids)
-        for index, (layer, keys, values) in enumerate(zip(self.layers, self.keys, self.values, strict=True)):
+        for layer, keys, values in zip(self.layers, self.keys, self.values, strict=True):
             attention = layer.self_attn
             normed = _rms_norm(hidden, layer.input_layernorm)
-            if self.fused is not None:
-                rotated, value = self.fused[index].queries_keys_values(normed, cos, sin)
-            else:
-                rotated, value = self._queries_keys_values(attention, normed, cos, sin)
-            heads = rotated.shape[1] - self.kv_heads
-            keys[:, :, start:end] = rotated[:, heads:]
-            values[:, :, start:end] = value
-            attended = F.scaled_dot_product_attention(
-                rotated[:, :heads],
-                keys[:, :, :end],
-                values[:, :, :end],
-                attn_mask=key_bias,
-                scale=attention.scaling,
-                enable_gqa=heads != self.kv_heads,
-            )
+            rotated, value = self._queries_keys_values(attention, normed, cos, sin)
+            attended = self._attend(rotated, value, keys, values, key_bias, attention.scaling)
             hidden = hidden + _linear(attention.o_proj, attended.transpose(1, 2).flatten(2))
-            normed = _rms_norm(hidden, layer.post_attention_layernorm)
-            mlp_out = self.fused[index].mlp(layer.mlp, normed) if self.fused is not None else _mlp(layer.mlp, normed)
-            hidden = hidden + mlp_out
+            hidden = hidden + _mlp(layer.mlp, _rms_norm(hidden, layer.post_attention_layernorm))
         self.length = end
         return _linear(self.head, _rms_norm(hidden[:, -1], self.body.norm))
 
+    def _fused_forward(self, input_ids: Tensor, key_bias: Tensor) -> Tensor:
+        """The same forward on FusedLayer weights, every row-wise product on [rows * q, hidden] matrices."""
+        rows, count = input_ids.shape
+        start, end = self.length, self.length + count
+        cos, sin = self.cos.narrow(1, start, count).unsqueeze(2), self.sin.narrow(1, start, count).unsqueeze(2)
+        hidden = self.body.embed_tokens(input_ids.reshape(-1))
+        for fused, layer, keys, values in zip(self.fused, self.layers, self.keys, self.values, strict=True):
+            rotated, value = fused.queries_keys_values(hidden, rows, cos, sin)
+            attended = self._attend(rotated, value, keys, values, key_bias, layer.self_attn.scaling)
+            hidden = hidden + fused.output(layer.self_attn.o_proj, attended.transpose(1, 2).reshape(rows * count, -1))
+            hidden = hidden + fused.mlp(layer.mlp, hidden)
+        self.length = end
+        return self.folded_head(hidden.view(rows, count, -1)[:, -1])
+
+    def _attend(self, rotated: Tensor, value: Tensor, keys: Tensor, values: Tensor, key_bias: Tensor, scale: float) -> Tensor:
+        """Writes this call's keys and values into the cache and attends over it: [N, heads, q, D]."""
+        start, end = self.length, self.length + value.shape[2]
+        heads = rotated.shape[1] - self.kv_heads
+        queries, new_keys = rotated.split([heads, self.kv_heads], dim=1)
+        keys.narrow(2, start, end - start).copy_(new_keys)
+        values.narrow(2, start, end - start).copy_(value)
+        return F.scaled_dot_product_attention(
+            queries,
+            keys.narrow(2, 0, end),
+            values.narrow(2, 0, end),
+            attn_mask=key_bias,
+            scale=scale,
+            enable_gqa=heads != self.kv_heads,
+        )
 
     def _queries_keys_values(self, attention: nn.Module, normed: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
         """(rotated queries and keys [N, heads + kv_heads, q, D], values [N, kv_heads, q, D])."""
@@ -117,33 +134,76 @@ FUSED_WEIGHTS_MAX_BYTES = 256 * 2**20
 
 
 @dataclass(frozen=True)
+class UnitRMS:
+    """x / sqrt(sum(x^2) + d * eps): an RMSNorm without its weight and its factor sqrt(d), both folded into the
+    matrix that follows. One norm-of-rows kernel and two elementwise ops, where F.rms_norm's CPU kernel runs
+    several reductions' worth of dispatch; sqrt(a^2 + b^2) keeps the eps exact."""
+
+    eps_root: Tensor  # sqrt(d * eps), a 0-d tensor (a Python float would be wrapped anew on every call)
+
+    @classmethod
+    def of(cls, norm: nn.Module, hidden_size: int, like: Tensor) -> UnitRMS:
+        return cls(torch.tensor(math.sqrt(hidden_size * norm.variance_epsilon), dtype=torch.float32, device=like.device))
+
+    def __call__(self, hidden: Tensor) -> Tensor:
+        # computed in float32 and cast back, as the transformers RMSNorm does
+        wide = hidden.float()
+        normed = wide / torch.hypot(torch.linalg.vector_norm(wide, dim=-1, keepdim=True), self.eps_root)
+        return normed.to(hidden.dtype)
+
+
+def folded_weight(weight: Tensor, norm: nn.Module) -> Tensor:
+    """weight [out, in] with the preceding RMSNorm's weight and sqrt(in) folded into its columns, transposed
+    to [in, out] (a contiguous right operand is the matrix product's fast case)."""
+    scale = norm.weight * math.sqrt(weight.shape[1])
+    return (weight * scale[None, :]).t().contiguous().detach()
+
+
+def _product(x: Tensor, weight_t: Tensor, bias: Tensor | None) -> Tensor:
+    return torch.mm(x, weight_t) if bias is None else torch.addmm(bias, x, weight_t)
+
+
+@dataclass(frozen=True)
 class FusedLayer:
-    """One layer's projections as two matrices: [q, k, rotate_half(q), rotate_half(k), v] and [gate, up].
+    """One layer's projections as two matrices: [q, k, rotate_half(q), rotate_half(k), v] and [gate, up],
+    each with its RMSNorm folded in (UnitRMS), and plain output projections transposed.
 
     rotate_half is linear in the weights' rows, so the rotary embedding becomes q*cos + q_rot*sin with both
     terms from the same product.
     """
 
-    attention_weight: Tensor
+    attention_norm: UnitRMS
+    attention_weight: Tensor  # [in, out]
     attention_bias: Tensor | None
-    gate_up_weight: Tensor
+    output_weight: Tensor | None  # [in, out]; None when o_proj is not a plain Linear
+    mlp_norm: UnitRMS
+    gate_up_weight: Tensor  # [in, out]
     gate_up_bias: Tensor | None
+    down_weight: Tensor | None  # [in, out]; None when down_proj is not a plain Linear
     query_key_width: int
     head_dim: int
 
-    def queries_keys_values(self, normed: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
-        """cos, sin [N, q, 1, D]; returns as KVDecoder._queries_keys_values."""
-        projected = F.linear(normed, self.attention_weight, self.attention_bias)
-        width, head_dim = self.query_key_width, self.head_dim
-        query_key = projected[..., :width].unflatten(-1, (-1, head_dim))
-        query_key_rotated_half = projected[..., width : 2 * width].unflatten(-1, (-1, head_dim))
-        value = projected[..., 2 * width :].unflatten(-1, (-1, head_dim))
-        rotated = query_key * cos + query_key_rotated_half * sin
+    def queries_keys_values(self, hidden: Tensor, rows: int, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
+        """hidden [rows * q, H]; cos, sin [rows, q, 1, D]; returns as KVDecoder._queries_keys_values."""
+        projected = _product(self.attention_norm(hidden), self.attention_weight, self.attention_bias)
+        width = self.query_key_width
+        parts = projected.view(rows, -1, projected.shape[-1]).split([width, width, projected.shape[-1] - 2 * width], dim=-1)
+        query_key, query_key_rotated_half, value = (part.unflatten(-1, (-1, self.head_dim)) for part in parts)
+        rotated = torch.addcmul(query_key * cos, query_key_rotated_half, sin)
         return rotated.transpose(1, 2), value.transpose(1, 2)
 
-    def mlp(self, mlp: nn.Module, x: Tensor) -> Tensor:
-        gate, up = F.linear(x, self.gate_up_weight, self.gate_up_bias).chunk(2, dim=-1)
-        return _linear(mlp.down_proj, _activation(mlp.act_fn, gate) * up)
+    def output(self, o_proj: nn.Module, attended: Tensor) -> Tensor:
+        if self.output_weight is None:
+            return o_proj(attended)
+        return _product(attended, self.output_weight, o_proj.bias)
+
+    def mlp(self, mlp: nn.Module, hidden: Tensor) -> Tensor:
+        """The gated MLP of the normed hidden [rows * q, H]."""
+        gate, up = _product(self.mlp_norm(hidden), self.gate_up_weight, self.gate_up_bias).chunk(2, dim=-1)
+        activated = _activation(mlp.act_fn, gate) * up
+        if self.down_weight is None:
+            return mlp.down_proj(activated)
+        return _product(activated, self.down_weight, mlp.down_proj.bias)
 
 
 def fused_projections(layers: list[nn.Module], head_dim: int) -> list[FusedLayer] | None:
@@ -157,18 +217,22 @@ def fused_projections(layers: list[nn.Module], head_dim: int) -> list[FusedLayer
         return None
     if not all(type(module) is nn.Linear for group in projections for module in group):
         return None
-    def nbytes(module: nn.Linear) -> int:
-        return module.weight.numel() * module.weight.element_size()
+    def nbytes(module: nn.Module) -> int:
+        return module.weight.numel() * module.weight.element_size() if type(module) is nn.Linear else 0
 
     # every projection once, and the query and key rows a second time (rotated)
     copied = sum(nbytes(module) for group in projections for module in group)
     copied += sum(nbytes(query) + nbytes(key) for query, key, *_ in projections)
+    copied += sum(nbytes(layer.self_attn.o_proj) + nbytes(layer.mlp.down_proj) for layer in layers)
     if copied > FUSED_WEIGHTS_MAX_BYTES:
         return None
-    return [_fuse_layer(*group, head_dim=head_dim) for group in projections]
+    return [_fuse_layer(layer, head_dim=head_dim) for layer in layers]
 
 
-def _fuse_layer(q: nn.Linear, k: nn.Linear, v: nn.Linear, gate: nn.Linear, up: nn.Linear, *, head_dim: int) -> FusedLayer:
+def _fuse_layer(layer: nn.Module, *, head_dim: int) -> FusedLayer:
+    attention, mlp = layer.self_attn, layer.mlp
+    q, k, v = attention.q_proj, attention.k_proj, attention.v_proj
+
     def rotated_half(weight: Tensor) -> Tensor:
         heads = weight.unflatten(0, (-1, head_dim))
         half = head_dim // 2
@@ -177,17 +241,51 @@ def _fuse_layer(q: nn.Linear, k: nn.Linear, v: nn.Linear, gate: nn.Linear, up: n
     def joined(parts: list[Tensor | None]) -> Tensor | None:
         return None if any(part is None for part in parts) else torch.cat(parts).detach()
 
+    def transposed_if_plain(module: nn.Module) -> Tensor | None:
+        return module.weight.t().contiguous().detach() if type(module) is nn.Linear else None
+
     query_key_weight = torch.cat([q.weight, k.weight])
     query_key_bias = joined([q.bias, k.bias])
+    hidden_size = q.weight.shape[1]
     return FusedLayer(
-        attention_weight=torch.cat([query_key_weight, rotated_half(query_key_weight), v.weight]).detach(),
+        attention_norm=UnitRMS.of(layer.input_layernorm, hidden_size, q.weight),
+        attention_weight=folded_weight(torch.cat([query_key_weight, rotated_half(query_key_weight), v.weight]), layer.input_layernorm),
         attention_bias=None
         if query_key_bias is None or v.bias is None
         else torch.cat([query_key_bias, rotated_half(query_key_bias[:, None])[:, 0], v.bias]).detach(),
-        gate_up_weight=torch.cat([gate.weight, up.weight]).detach(),
-        gate_up_bias=joined([gate.bias, up.bias]),
+        output_weight=transposed_if_plain(attention.o_proj),
+        mlp_norm=UnitRMS.of(layer.post_attention_layernorm, hidden_size, q.weight),
+        gate_up_weight=folded_weight(torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]), layer.post_attention_layernorm),
+        gate_up_bias=joined([mlp.gate_proj.bias, mlp.up_proj.bias]),
+        down_weight=transposed_if_plain(mlp.down_proj),
         query_key_width=query_key_weight.shape[0],
         head_dim=head_dim,
+    )
+
+
+@dataclass(frozen=True)
+class FoldedHead:
+    """The final RMSNorm and the LM head as one UnitRMS and one product (the head's own forward when it is
+    not a plain Linear, e.g. a LoRA-adapted head)."""
+
+    head: nn.Module
+    norm: nn.Module
+    unit: UnitRMS
+    weight: Tensor | None
+
+    def __call__(self, hidden: Tensor) -> Tensor:
+        if self.weight is None:
+            return self.head(_rms_norm(hidden, self.norm))
+        return _product(self.unit(hidden), self.weight, self.head.bias)
+
+
+def folded_head(head: nn.Module, norm: nn.Module) -> FoldedHead:
+    plain = type(head) is nn.Linear
+    return FoldedHead(
+        head=head,
+        norm=norm,
+        unit=UnitRMS.of(norm, norm.weight.shape[0], norm.weight),
+        weight=folded_weight(head.weight, norm) if plain else None,
     )
 
 

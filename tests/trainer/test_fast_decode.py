@@ -13,7 +13,7 @@ from transformers import (
 
 from tests.trainer.tiny_decoders import make_matter, tiny_decoder
 from trainer import fast_decode
-from trainer.fast_decode import KVDecoder, fused_projections, supports_fast_decode
+from trainer.fast_decode import KVDecoder, folded_head, fused_projections, supports_fast_decode
 from trainer.generation import position_ids_from_mask
 from trainer.models import LoraOptions, load_policy
 from trainer.selective_forward import additive_mask
@@ -75,8 +75,22 @@ def test_unfused_path_when_the_weights_are_too_large_to_copy(monkeypatch):
 
 def test_lora_layers_decode_through_their_own_forward(tiny_model):
     model = load_policy(tiny_model, lora=LoraOptions(r=4, alpha=8, dropout=0.0, target_modules=("all-linear",)))
-    make_matter(model, "lora_B")
+    make_matter(model, "lora_B", "norm.weight")
     model.eval()
     body = model.get_base_model().model
     assert supports_fast_decode(model) and fused_projections(list(body.layers), body.layers[0].self_attn.head_dim) is None
+    _check(model, model.config.vocab_size)
+
+
+def test_adapted_output_projections_and_head_keep_the_fused_path(tiny_model):
+    """LoRA on o_proj, down_proj and the head only: q/k/v and gate/up stay fused with their norms folded in,
+    the adapted layers and the final norm run through their own forwards."""
+    lora = LoraOptions(r=4, alpha=8, dropout=0.0, target_modules=("o_proj", "down_proj", "lm_head"))
+    model = load_policy(tiny_model, lora=lora)
+    make_matter(model, "lora_B", "norm.weight")
+    model.eval()
+    body = model.get_base_model().model
+    fused = fused_projections(list(body.layers), body.layers[0].self_attn.head_dim)
+    assert fused is not None and all(layer.output_weight is None and layer.down_weight is None for layer in fused)
+    assert folded_head(model.get_output_embeddings(), body.norm).weight is None
     _check(model, model.config.vocab_size)

@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from tests.trainer.tiny_decoders import make_matter
 from trainer.fast_decode import KVDecoder, supports_fast_decode
 from trainer.generation import (
     HFGenerationBackend,
@@ -11,7 +12,7 @@ from trainer.generation import (
     concat_samples,
     filter_top_k_top_p,
 )
-from trainer.models import load_policy, load_tokenizer
+from trainer.models import LoraOptions, load_policy, load_tokenizer
 from trainer.tasks.arithmetic import build_tiny_model
 
 PROMPTS = ["Calculate 2 + 2 * 6\n", "Calculate 7 + 1\n", "Calculate 13 - 4 * 2 + 19\n"]
@@ -206,3 +207,30 @@ def test_a_policy_in_training_with_gradient_checkpointing_still_samples_with_its
     assert policy.training
     recomputed, _ = completion_logprobs(policy, samples, temperature=1.0)
     assert torch.allclose(recomputed, samples.logprobs, atol=1e-4)
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_policy_in_training_with_lora_dropout_samples_without_dropout(model_dir, fast):
+    lora = LoraOptions(r=4, alpha=8, dropout=0.5, target_modules=("all-linear",))
+    policy = load_policy(str(model_dir), lora=lora, device=torch.device("cpu"))
+    make_matter(policy, "lora_B")
+    assert policy.training
+    torch.manual_seed(0)
+    samples = HFGenerationBackend(policy, load_tokenizer(str(model_dir)), fast_decode=fast).generate(
+        PROMPTS, SamplingParams(group_size=2, max_new_tokens=6)
+    )
+    assert policy.training
+    policy.eval()
+    with torch.no_grad():
+        recomputed, _ = completion_logprobs(policy, samples, temperature=1.0)
+    torch.testing.assert_close(recomputed, samples.logprobs, atol=1e-4, rtol=1e-4)
+
+
+def test_a_policy_in_training_without_dropout_samples_in_train_mode(model_dir, monkeypatch):
+    """The fast decoder skips the switch to eval mode (two walks over every module) when nothing it calls
+    behaves differently in train mode."""
+    policy = load_policy(str(model_dir), device=torch.device("cpu"))
+    switched = []
+    monkeypatch.setattr(policy, "eval", lambda: switched.append(True))
+    HFGenerationBackend(policy, load_tokenizer(str(model_dir))).generate(PROMPTS, SamplingParams(group_size=2, max_new_tokens=4))
+    assert policy.training and not switched
