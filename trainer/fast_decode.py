@@ -280,12 +280,13 @@ class FoldedHead:
 
 
 def folded_head(head: nn.Module, norm: nn.Module) -> FoldedHead:
-    plain = type(head) is nn.Linear
+    """The head's copy has its own FUSED_WEIGHTS_MAX_BYTES: a large vocabulary runs the head's own forward."""
+    foldable = type(head) is nn.Linear and head.weight.numel() * head.weight.element_size() <= FUSED_WEIGHTS_MAX_BYTES
     return FoldedHead(
         head=head,
         norm=norm,
         unit=UnitRMS.of(norm, norm.weight.shape[0], norm.weight),
-        weight=folded_weight(head.weight, norm) if plain else None,
+        weight=folded_weight(head.weight, norm) if foldable else None,
     )
 
 

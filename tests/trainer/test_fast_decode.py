@@ -94,3 +94,12 @@ def test_adapted_output_projections_and_head_keep_the_fused_path(tiny_model):
     assert fused is not None and all(layer.output_weight is None and layer.down_weight is None for layer in fused)
     assert folded_head(model.get_output_embeddings(), body.norm).weight is None
     _check(model, model.config.vocab_size)
+
+
+def test_a_head_too_large_to_copy_runs_its_own_forward(monkeypatch):
+    model = tiny_decoder(LlamaConfig, LlamaForCausalLM, vocab_size=4000).eval()  # the head outweighs the layers' copies
+    head = model.get_output_embeddings()
+    monkeypatch.setattr(fast_decode, "FUSED_WEIGHTS_MAX_BYTES", head.weight.numel() * head.weight.element_size() - 1)
+    assert fused_projections(list(model.model.layers), 8) is not None
+    assert folded_head(head, model.model.norm).weight is None
+    _check(model, model.config.vocab_size)
