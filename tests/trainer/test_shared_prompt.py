@@ -5,6 +5,7 @@ import torch
 from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
 from tests.trainer.tiny_decoders import make_matter, tiny_decoder
+from trainer import generation
 from trainer.config import config_from_dict
 from trainer.generation import GroupSamples, completion_logprobs
 from trainer.grpo import micro_batch, micro_batch_rows, train
@@ -43,6 +44,8 @@ def tokenizer(tiny_model):
 
 def _both_ways(model, samples: GroupSamples) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
     """(log-probs, entropy on real tokens, gradient) with and without the shared prompt."""
+    # otherwise both ways would run unpacked
+    assert packing_groups_pays(model, samples.prompt_ids.shape[1], samples.completion_ids.shape[1], samples.group_size)
     weights = torch.linspace(-1.0, 1.0, samples.completion_ids.numel()).view_as(samples.logprobs)
     results = []
     for share_prompt in (True, False):
@@ -121,7 +124,9 @@ def test_micro_batches_keep_whole_groups(tokenizer):
     assert micro_batch(samples, torch.tensor([2, 3])).group_size == 1
 
 
-def test_grpo_runs_the_same_with_and_without_the_shared_prompt(tiny_model, tmp_path):
+def test_grpo_runs_the_same_with_and_without_the_shared_prompt(tiny_model, tmp_path, monkeypatch):
+    packed = []
+    monkeypatch.setattr(generation, "pack_groups", lambda *args: packed.append(True) or pack_groups(*args))
     runs = []
     for share_prompt in (True, False):
         config = config_from_dict("grpo", {
@@ -133,13 +138,18 @@ def test_grpo_runs_the_same_with_and_without_the_shared_prompt(tiny_model, tmp_p
         sink = MemorySink()
         train(config, arithmetic.sft_rows(1, "train", 20), sink)
         runs.append(sink.metrics)
+    assert packed  # the shared-prompt run did pack its groups
     for step in (1, 2, 3):
         for name in ("loss", "kl", "entropy", "grad_norm", "reward/mean"):
             assert runs[0][step][name] == pytest.approx(runs[1][step][name], rel=1e-4, abs=1e-6), (step, name)
 
 
 def test_groups_are_packed_only_where_it_saves_work(tiny_model):
-    model = load_policy(tiny_model)  # hidden 64: an 8-token prompt pays for 16 new tokens, not for 64
-    assert packing_groups_pays(model, prompt_width=8, completion_width=16, group=8)
-    assert not packing_groups_pays(model, prompt_width=8, completion_width=64, group=8)
+    model = load_policy(tiny_model)  # hidden 64, as measured in ATTENTION_COST_PER_MULTIPLY_ADD's comment
+    assert packing_groups_pays(model, prompt_width=230, completion_width=16, group=8)
     assert packing_groups_pays(model, prompt_width=230, completion_width=64, group=8)
+    assert packing_groups_pays(model, prompt_width=32, completion_width=16, group=8)
+    assert packing_groups_pays(model, prompt_width=64, completion_width=16, group=8)
+    assert not packing_groups_pays(model, prompt_width=8, completion_width=16, group=8)
+    assert not packing_groups_pays(model, prompt_width=8, completion_width=64, group=8)
+    assert not packing_groups_pays(model, prompt_width=64, completion_width=64, group=8)
