@@ -163,6 +163,16 @@ def _product(x: Tensor, weight_t: Tensor, bias: Tensor | None) -> Tensor:
     return torch.mm(x, weight_t) if bias is None else torch.addmm(bias, x, weight_t)
 
 
+def _projection(module: nn.Module, weight_t: Tensor | None, x: Tensor) -> Tensor:
+    """module(x) through its transposed copy `weight_t`, or its own forward where it has none (LoRA, ...)."""
+    return module(x) if weight_t is None else _product(x, weight_t, module.bias)
+
+
+def _nbytes(module: nn.Module) -> int:
+    """Bytes a copy of a plain Linear's weight takes (0 for anything else, which is never copied)."""
+    return module.weight.numel() * module.weight.element_size() if type(module) is nn.Linear else 0
+
+
 @dataclass(frozen=True)
 class FusedLayer:
     """One layer's projections as two matrices: [q, k, rotate_half(q), rotate_half(k), v] and [gate, up],
@@ -193,17 +203,12 @@ class FusedLayer:
         return rotated.transpose(1, 2), value.transpose(1, 2)
 
     def output(self, o_proj: nn.Module, attended: Tensor) -> Tensor:
-        if self.output_weight is None:
-            return o_proj(attended)
-        return _product(attended, self.output_weight, o_proj.bias)
+        return _projection(o_proj, self.output_weight, attended)
 
     def mlp(self, mlp: nn.Module, hidden: Tensor) -> Tensor:
         """The gated MLP of the normed hidden [rows * q, H]."""
         gate, up = _product(self.mlp_norm(hidden), self.gate_up_weight, self.gate_up_bias).chunk(2, dim=-1)
-        activated = _activation(mlp.act_fn, gate) * up
-        if self.down_weight is None:
-            return mlp.down_proj(activated)
-        return _product(activated, self.down_weight, mlp.down_proj.bias)
+        return _projection(mlp.down_proj, self.down_weight, _activation(mlp.act_fn, gate) * up)
 
 
 def fused_projections(layers: list[nn.Module], head_dim: int) -> list[FusedLayer] | None:
@@ -217,13 +222,10 @@ def fused_projections(layers: list[nn.Module], head_dim: int) -> list[FusedLayer
         return None
     if not all(type(module) is nn.Linear for group in projections for module in group):
         return None
-    def nbytes(module: nn.Module) -> int:
-        return module.weight.numel() * module.weight.element_size() if type(module) is nn.Linear else 0
-
     # every projection once, and the query and key rows a second time (rotated)
-    copied = sum(nbytes(module) for group in projections for module in group)
-    copied += sum(nbytes(query) + nbytes(key) for query, key, *_ in projections)
-    copied += sum(nbytes(layer.self_attn.o_proj) + nbytes(layer.mlp.down_proj) for layer in layers)
+    copied = sum(_nbytes(module) for group in projections for module in group)
+    copied += sum(_nbytes(query) + _nbytes(key) for query, key, *_ in projections)
+    copied += sum(_nbytes(layer.self_attn.o_proj) + _nbytes(layer.mlp.down_proj) for layer in layers)
     if copied > FUSED_WEIGHTS_MAX_BYTES:
         return None
     return [_fuse_layer(layer, head_dim=head_dim) for layer in layers]
@@ -276,12 +278,12 @@ class FoldedHead:
     def __call__(self, hidden: Tensor) -> Tensor:
         if self.weight is None:
             return self.head(_rms_norm(hidden, self.norm))
-        return _product(self.unit(hidden), self.weight, self.head.bias)
+        return _projection(self.head, self.weight, self.unit(hidden))
 
 
 def folded_head(head: nn.Module, norm: nn.Module) -> FoldedHead:
     """The head's copy has its own FUSED_WEIGHTS_MAX_BYTES: a large vocabulary runs the head's own forward."""
-    foldable = type(head) is nn.Linear and head.weight.numel() * head.weight.element_size() <= FUSED_WEIGHTS_MAX_BYTES
+    foldable = 0 < _nbytes(head) <= FUSED_WEIGHTS_MAX_BYTES
     return FoldedHead(
         head=head,
         norm=norm,

@@ -212,34 +212,30 @@ class HFGenerationBackend:
     def generate(self, prompts: Sequence[str], params: SamplingParams) -> GroupSamples:
         if not prompts:
             raise ValueError("generate needs at least one prompt")
-        if not (self.model.training and self._sampling_differs_in_train_mode()):
-            return self._generate(prompts, params)
+        fast = self.fast_decode and supports_fast_decode(self.model)
+        if not (self.model.training and self._sampling_differs_in_train_mode(fast)):
+            return self._generate(prompts, params, fast=fast)
         self.model.eval()
         try:
-            return self._generate(prompts, params)
+            return self._generate(prompts, params, fast=fast)
         finally:
             self.model.train()
 
-    def _sampling_differs_in_train_mode(self) -> bool:
+    def _sampling_differs_in_train_mode(self, fast: bool) -> bool:
         """Whether sampling must switch the model to eval mode (which costs a walk over every module twice).
 
         The transformers forward turns its KV cache off under gradient checkpointing in train mode; the fast
         decoder calls no module that behaves differently in train mode except dropout (LoRA's, say).
         """
-        if not self._decodes_fast():
-            return True
-        return any(isinstance(module, nn.Dropout) and module.p > 0 for module in self.model.modules())
-
-    def _decodes_fast(self) -> bool:
-        return self.fast_decode and supports_fast_decode(self.model)
+        return not fast or any(isinstance(module, nn.Dropout) and module.p > 0 for module in self.model.modules())
 
     @torch.no_grad()
-    def _generate(self, prompts: Sequence[str], params: SamplingParams) -> GroupSamples:
+    def _generate(self, prompts: Sequence[str], params: SamplingParams, *, fast: bool) -> GroupSamples:
         prompt_ids, prompt_mask = self.encode_prompts(prompts)
         group, max_new = params.group_size, params.max_new_tokens
         rows = prompt_ids.shape[0] * group
         device = prompt_ids.device
-        stepper_class = FastDecodeStepper if self._decodes_fast() else TransformersStepper
+        stepper_class = FastDecodeStepper if fast else TransformersStepper
         stepper = stepper_class(self.model, prompt_ids, prompt_mask, group=group, max_new_tokens=max_new)
         logits = stepper.prefill()
 
