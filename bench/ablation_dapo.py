@@ -55,8 +55,7 @@ def parse_args() -> argparse.Namespace:
 def sft_checkpoint(root: Path, steps: int) -> str:
     model_dir = arithmetic.build_tiny_model(root / "model")
     config = SFTConfig(
-        model=str(model_dir), output_dir=str(root / "sft"), lr=3e-3, lr_scheduler="cosine", warmup_steps=10,
-        max_steps=steps, batch_size=32, max_length=64, max_prompt_length=24, eval_max_new_tokens=24,
+        **{**arithmetic.TINY_MODEL_SFT_SETTINGS, "max_steps": steps}, model=str(model_dir), output_dir=str(root / "sft")
     )
     return train_sft(config, arithmetic.sft_rows(1, "train"), MemorySink()).checkpoint
 

@@ -192,9 +192,14 @@ CONFIG_CLASSES: dict[str, type[BaseConfig]] = {
 
 
 def config_from_dict(kind: str, data: dict[str, Any]) -> BaseConfig:
-    """Build and validate the config of run kind `kind`; unknown keys and wrong types are ConfigErrors."""
+    """Build and validate the config of run kind `kind`; unknown keys and wrong types are ConfigErrors.
+
+    A `preset` key names a starting point (PRESETS) that the other keys are set on top of."""
     if kind not in CONFIG_CLASSES:
         raise ConfigError("kind", f"unknown run kind {kind!r}; choose one of {', '.join(CONFIG_CLASSES)}")
+    if "preset" in data:
+        data = dict(data)
+        data = with_preset(kind, str(data.pop("preset")), data)
     cls = CONFIG_CLASSES[kind]
     names = [f.name for f in dataclasses.fields(cls)]
     for key in data:
@@ -312,7 +317,11 @@ class OnlineConfig(BaseConfig):
     overlong_buffer: int = _option(
         64, "L_cache of the soft_overlong reward: the penalty ramps from max_new_tokens - this to max_new_tokens.", "data"
     )
-    samples_per_log: int = _option(4, "Completions recorded (with rewards and advantage) every sample_every steps.", "logging")
+    # the step's own completions: recording them costs no generation, so it is on by default
+    sample_every: int = _option(
+        10, "Record a few of the step's completions every N steps and at the last step (0: never).", "logging"
+    )
+    samples_per_log: int = _option(4, "Completions recorded (with rewards and advantage) each time.", "logging")
     alert_kl_above: float = _option(
         DEFAULT_ALERT_KL_ABOVE,
         "Flag the run (on its page) when the KL to the reference rises above this: the policy has left the "
@@ -387,8 +396,7 @@ class GRPOConfig(OnlineConfig):
     def dapo(cls, **fields: Any) -> GRPOConfig:
         """The DAPO preset (clip-higher, token-mean, dynamic sampling, overlong filtering and soft punishment,
         no KL); `fields` are set on top of it."""
-        rewards = {**fields.pop("rewards", {"answer_match": 1.0}), "soft_overlong": 1.0}
-        return cls(**{**DAPO_OPTIONS, "rewards": rewards, **fields})
+        return cls(**with_preset("grpo", "dapo", fields))
 
 
 DAPO_OPTIONS: dict[str, Any] = {
@@ -398,6 +406,47 @@ DAPO_OPTIONS: dict[str, Any] = {
     "dynamic_sampling": True,
     "overlong_filtering": True,
 }
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A named starting point for a run kind: its fields first, the run's own fields on top of them."""
+
+    description: str
+    fields: dict[str, Any]
+    # added to the run's reward functions unless the run gives that function's weight itself
+    rewards: dict[str, float] = field(default_factory=dict)
+
+
+PRESETS: dict[str, dict[str, Preset]] = {
+    "grpo": {
+        "dapo": Preset(
+            "DAPO (Yu et al., 2025): clip-higher (epsilon_high 0.28), token-mean loss, dynamic sampling, "
+            "overlong filtering and the soft overlong punishment, with no KL term (beta 0).",
+            DAPO_OPTIONS,
+            {"soft_overlong": 1.0},
+        ),
+    },
+}
+
+
+def with_preset(kind: str, name: str, fields: dict[str, Any]) -> dict[str, Any]:
+    """`fields` on top of preset `name` of run kind `kind`; an unknown preset is a ConfigError naming the choices."""
+    presets = PRESETS.get(kind, {})
+    if name not in presets:
+        choices = f"choose one of {', '.join(presets)}" if presets else f"{kind} has no presets"
+        raise ConfigError("preset", f"unknown preset {name!r} for {kind}; {choices}")
+    preset = presets[name]
+    merged = {**preset.fields, **fields}
+    if preset.rewards:
+        own = fields.get("rewards")
+        merged["rewards"] = {**preset.rewards, **(_default_rewards(kind) if own is None else own)}
+    return merged
+
+
+def _default_rewards(kind: str) -> dict[str, float]:
+    (rewards,) = (f.default_factory() for f in dataclasses.fields(CONFIG_CLASSES[kind]) if f.name == "rewards")
+    return rewards
 
 
 @dataclass(kw_only=True)

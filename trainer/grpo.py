@@ -332,7 +332,9 @@ class GRPOLearner:
         total = sum(sizes)
         return [(rows, size / total if total else 0.0) for rows, size in zip(chunks, sizes, strict=True)]
 
-    def step(self, step: int, draw_rows: Callable[[], list[dict]], sink: Sink) -> tuple[dict[str, float], int]:
+    def step(
+        self, step: int, draw_rows: Callable[[], list[dict]], sink: Sink, *, record_samples: bool
+    ) -> tuple[dict[str, float], int]:
         config = self.config
         timings: dict[str, float] = {}
         scored, informative_ratio = self.rollout(draw_rows, timings)
@@ -349,7 +351,7 @@ class GRPOLearner:
         metrics.update(reward_metrics(scored))
         metrics["advantage/mean"] = advantages.mean().item()
         metrics["groups/informative_ratio"] = informative_ratio
-        if is_due(step, config.sample_every):
+        if record_samples:
             record_rollout_samples(sink, step, scored, advantages, config.samples_per_log)
         tokens = int(samples.prompt_mask.sum()) * config.group_size + int(samples.completion_mask.sum())
         return metrics, tokens
@@ -357,6 +359,11 @@ class GRPOLearner:
 
 def is_due(step: int, every: int) -> bool:
     return every > 0 and step % every == 0
+
+
+def samples_due(step: int, every: int, last_step: int) -> bool:
+    """Every `every` steps and at the last one (what the finished policy writes), unless `every` is 0."""
+    return every > 0 and (step % every == 0 or step == last_step)
 
 
 @dataclass
@@ -371,7 +378,7 @@ class OnlineRun:
     scheduler: LambdaLR
     order: DataOrder
     steps: int
-    step: Callable[[int], tuple[dict[str, float], int]]
+    step: Callable[[int, bool], tuple[dict[str, float], int]]  # (step, record samples) -> (metrics, tokens)
     evaluate: Callable[[], dict[str, float]] | None
     extra_models: dict[str, PreTrainedModel] | None = None
 
@@ -404,7 +411,7 @@ def run_online(run: OnlineRun, sink: Sink, resume_state: dict[str, Any] | None) 
     for step in range(start_step + 1, run.steps + 1):
         started = time.perf_counter()
         lr = run.scheduler.get_last_lr()[0]
-        metrics, step_tokens = run.step(step)
+        metrics, step_tokens = run.step(step, samples_due(step, config.sample_every, run.steps))
         metrics["lr"] = lr
         elapsed = time.perf_counter() - started
         tokens_seen += step_tokens
@@ -489,8 +496,11 @@ class Learner(Protocol):
     optimizer: Optimizer
     scheduler: LambdaLR
 
-    def step(self, step: int, draw_rows: Callable[[], list[dict]], sink: Sink) -> tuple[dict[str, float], int]:
-        """Sample, score and update; returns the step's metrics and the tokens it trained on."""
+    def step(
+        self, step: int, draw_rows: Callable[[], list[dict]], sink: Sink, *, record_samples: bool
+    ) -> tuple[dict[str, float], int]:
+        """Sample, score and update (recording a few samples through `sink` when `record_samples`); returns
+        the step's metrics and the tokens it trained on."""
 
 
 def run_learner(
@@ -516,7 +526,7 @@ def run_learner(
         scheduler=learner.scheduler,
         order=order,
         steps=steps,
-        step=lambda step: learner.step(step, draw_rows, sink),
+        step=lambda step, record_samples: learner.step(step, draw_rows, sink, record_samples=record_samples),
         evaluate=accuracy_evaluator(learner.policy, tokenizer, eval_data, config.max_new_tokens),
         extra_models=extra_models,
     )

@@ -26,7 +26,6 @@ from trainer.generation import GroupSamples, HFGenerationBackend, completion_log
 from trainer.grpo import (
     ScoredGroups,
     build_rewarder,
-    is_due,
     masked_mean,
     optimizer_update,
     prepare_online,
@@ -174,7 +173,9 @@ class PPOLearner:
         )
         return metrics
 
-    def step(self, step: int, draw_rows: Callable[[], list[dict]], sink: Sink) -> tuple[dict[str, float], int]:
+    def step(
+        self, step: int, draw_rows: Callable[[], list[dict]], sink: Sink, *, record_samples: bool
+    ) -> tuple[dict[str, float], int]:
         config = self.config
         timings: dict[str, float] = {}
         rollout = self.rollout(draw_rows(), timings)
@@ -188,7 +189,7 @@ class PPOLearner:
         metrics["kl"] = masked_mean(rollout.kl, mask)
         metrics["advantage/mean"] = masked_mean(rollout.advantages, mask)
         metrics["value/explained_variance"] = explained_variance(rollout.old_values, rollout.returns, mask)
-        if is_due(step, config.sample_every):
+        if record_samples:
             first_token_advantages = rollout.advantages[:, :1]
             record_rollout_samples(sink, step, rollout.scored, first_token_advantages, config.samples_per_log)
         tokens = int(samples.prompt_mask.sum()) + int(mask.sum())

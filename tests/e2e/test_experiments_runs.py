@@ -32,8 +32,12 @@ def _fill(page, values: dict[str, str]) -> None:
         page.fill(f"[name={name}]", value)
 
 
-def _launch_and_watch(page, live_server, kind: str, values: dict[str, str], *, must_grow: bool = True) -> Run:
+def _launch_and_watch(page, live_server, kind: str, values: dict[str, str], *, must_grow: bool = True,
+                      preset: str = "") -> Run:
     page.goto(f"{live_server.url}/runs/new?kind={kind}")
+    if preset:
+        page.click(f"nav.presets a:text-is('{preset}')")
+        page.wait_for_url(f"**/runs/new?kind={kind}&preset={preset}")
     _fill(page, values)
     page.click("button[type=submit].primary")
     page.wait_for_url(f"{live_server.url}/runs/*/")
@@ -80,13 +84,43 @@ def test_grpo_run_launched_from_the_form_is_watched_live(page, live_server, rese
     celery_worker_factory(queues=("gpu",))
     log_in(page, live_server, "rita", "rita-password-1")
     run = _launch_and_watch(page, live_server, "grpo", {
-        "name": "browser grpo", "size": "16", "max_steps": "6", "batch_size": "2", "group_size": "2",
-        "max_new_tokens": "8", "max_length": "64", "max_prompt_length": "16", "sample_every": "2"}, must_grow=False)
+        "name": "browser dapo", "size": "16", "max_steps": "6", "batch_size": "2", "group_size": "2",
+        "max_new_tokens": "8", "overlong_buffer": "4", "max_length": "64", "max_prompt_length": "16",
+        "sample_every": "2"}, must_grow=False, preset="dapo")
+    # the preset's fields arrive in the run's config as the trainer defines them
+    assert run.config["beta"] == 0.0 and run.config["epsilon_high"] == 0.28
+    assert run.config["loss_aggregation"] == "token-mean"
+    assert run.config["dynamic_sampling"] and run.config["overlong_filtering"]
+    assert run.config["rewards"] == {"answer_match": 1.0, "soft_overlong": 1.0}
     assert ModelRef.objects.filter(run=run, step=6).exists()
     # The page opened before any sample existed; the samples table fills in without a reload, at the newest step.
     page.wait_for_selector("#samples-body table", timeout=15_000)
     assert page.locator("#samples-body strong").inner_text() == "6"
     assert page.locator("#samples-body tbody tr").count() == run.samples.filter(step=6).count() > 0
+
+
+def test_the_launch_form_shows_only_the_fields_the_chosen_data_source_and_lora_use(page, live_server, researcher,
+                                                                                    tiny_model):
+    log_in(page, live_server, "rita", "rita-password-1")
+    page.goto(f"{live_server.url}/runs/new?kind=dpo")
+
+    def shown() -> set[str]:
+        names = ("level", "size", "project", "upload", "lora_r", "lora_target_modules")
+        return {name for name in names if page.locator(f"[name={name}]").is_visible()}
+
+    assert shown() == {"level", "size"}
+    page.select_option("[name=data_source]", "project_pairs")
+    assert shown() == {"project"}
+    page.select_option("[name=data_source]", "upload")
+    page.check("[name=use_lora]")
+    assert shown() == {"upload", "lora_r", "lora_target_modules"}
+    # a field the server refused stays in sight whatever the choices
+    page.select_option("[name=data_source]", "project_pairs")
+    page.click("button[type=submit].primary")
+    page.wait_for_selector(".field.invalid [name=project]")
+    page.select_option("[name=data_source]", "arithmetic")
+    assert "project" in shown() and "level" in shown()
+    assert page.js_errors == []
 
 
 def test_a_run_is_canceled_from_its_page_within_one_step(page, live_server, researcher, tiny_model,

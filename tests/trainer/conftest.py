@@ -17,17 +17,6 @@ torch.set_num_threads(1)
 transformers_logging.set_verbosity_error()
 transformers_logging.disable_progress_bar()
 
-SFT_SETTINGS = {
-    "lr": 3e-3,
-    "lr_scheduler": "cosine",
-    "warmup_steps": 10,
-    "max_steps": 300,
-    "batch_size": 32,
-    "max_length": 64,
-    "max_prompt_length": 24,
-    "eval_max_new_tokens": 24,
-}
-
 
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory) -> str:
@@ -40,7 +29,7 @@ def sft_run(tiny_model, tmp_path_factory):
     from trainer.sft import train
 
     output_dir = tmp_path_factory.mktemp("sft")
-    config = config_from_dict("sft", {"model": tiny_model, "output_dir": str(output_dir), **SFT_SETTINGS})
+    config = config_from_dict("sft", {"model": tiny_model, "output_dir": str(output_dir), **arithmetic.TINY_MODEL_SFT_SETTINGS})
     sink = MemorySink()
     result = train(config, arithmetic.sft_rows(1, "train"), sink, eval_data=arithmetic.sft_rows(1, "test"))
     return result.checkpoint, sink

@@ -56,6 +56,19 @@ def test_bad_config_and_bad_data_exit_2_with_one_line_messages(tiny_model, tmp_p
     assert capsys.readouterr().err == "error: cannot read config file missing.yaml: No such file or directory\n"
 
 
+def test_a_run_file_names_a_preset(tmp_path, capsys):
+    from trainer.cli import read_run_file
+    from trainer.config import GRPOConfig
+
+    (tmp_path / "dapo.yaml").write_text("kind: grpo\npreset: dapo\nmodel: m\noutput_dir: o\nlr: 0.0004\ntask: arithmetic\n")
+    run = read_run_file(tmp_path / "dapo.yaml")
+    assert run.config == GRPOConfig.dapo(model="m", output_dir="o", lr=4e-4)
+    assert run.data == {"task": "arithmetic"}
+    (tmp_path / "typo.yaml").write_text("kind: grpo\npreset: dapo2\nmodel: m\noutput_dir: o\n")
+    assert main(["run", str(tmp_path / "typo.yaml")]) == 2
+    assert capsys.readouterr().err.endswith("typo.yaml: preset: unknown preset 'dapo2' for grpo; choose one of dapo\n")
+
+
 def test_tiny_model_command(tmp_path):
     completed = _trainer("tiny-model", "tiny", cwd=tmp_path)
     assert completed.returncode == 0, completed.stderr

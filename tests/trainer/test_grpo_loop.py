@@ -34,7 +34,7 @@ def _settings(model: str, output_dir, **overrides) -> dict:
         "max_length": 40,
         "max_prompt_length": 24,
         "rewards": {"answer_match": 1.0, "format_tags": 0.5},
-        "sample_every": 2,
+        "sample_every": 3,
         "samples_per_log": 3,
         **overrides,
     }
@@ -53,7 +53,8 @@ def test_every_step_logs_the_design_metrics_and_samples_carry_rewards(sft_run, t
         assert metrics.keys() >= GRPO_METRICS, step
         assert all(math.isfinite(value) for value in metrics.values())
     assert "eval/accuracy" in sink.metrics[STEPS]
-    assert [s["step"] for s in sink.samples] == [2, 2, 2, 4, 4, 4]
+    # every sample_every (3) steps, and at the last step (4)
+    assert [s["step"] for s in sink.samples] == [3, 3, 3, 4, 4, 4]
     assert all(set(s["rewards"]) == {"answer_match", "format_tags"} and s["advantage"] is not None
                for s in sink.samples)
     assert result.checkpoint.endswith(f"checkpoints/step-{STEPS}")
@@ -93,6 +94,26 @@ def test_dapo_preset_turns_on_every_dapo_option_and_drops_the_reference():
     assert config.dynamic_sampling and config.overlong_filtering
     assert config.rewards == {"answer_match": 1.0, "soft_overlong": 1.0}
     assert GRPOConfig(model="m", output_dir="o").beta == 0.04
+
+
+def test_a_config_names_a_preset_and_sets_its_own_fields_on_top():
+    fields = {"model": "m", "output_dir": "o", "max_new_tokens": 32, "overlong_buffer": 8}
+    assert config_from_dict("grpo", {**fields, "preset": "dapo"}) == GRPOConfig.dapo(**fields)
+    own = config_from_dict("grpo", {**fields, "preset": "dapo", "beta": 0.01, "rewards": {"format_tags": 1.0}})
+    assert own.beta == 0.01 and own.dynamic_sampling and own.epsilon_high == 0.28
+    # the run's own reward functions, plus the preset's soft overlong punishment
+    assert own.rewards == {"format_tags": 1.0, "soft_overlong": 1.0}
+    weighted = config_from_dict("grpo", {**fields, "preset": "dapo", "rewards": {"soft_overlong": 0.5}})
+    assert weighted.rewards == {"soft_overlong": 0.5}
+
+
+def test_an_unknown_preset_names_the_choices():
+    from trainer.config import ConfigError
+
+    with pytest.raises(ConfigError, match="^preset: unknown preset 'dpo' for grpo; choose one of dapo$"):
+        config_from_dict("grpo", {"model": "m", "output_dir": "o", "preset": "dpo"})
+    with pytest.raises(ConfigError, match="^preset: unknown preset 'dapo' for ppo; ppo has no presets$"):
+        config_from_dict("ppo", {"model": "m", "output_dir": "o", "preset": "dapo"})
 
 
 def test_bad_grpo_settings_name_the_field():

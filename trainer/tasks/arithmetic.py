@@ -176,6 +176,20 @@ def corpus(*, seed: int = 0) -> list[str]:
     return texts
 
 
+# SFT of the tiny model on all level-1 training problems that reaches about 0.87 held-out exact match in
+# 300 steps (tests/trainer/test_sft_learns.py); the tests' and the demo's starting point for RL.
+TINY_MODEL_SFT_SETTINGS: dict[str, object] = {
+    "lr": 3e-3,
+    "lr_scheduler": "cosine",
+    "warmup_steps": 10,
+    "max_steps": 300,
+    "batch_size": 32,
+    "max_length": 64,
+    "max_prompt_length": 24,
+    "eval_max_new_tokens": 24,
+}
+
+
 def build_tiny_model(
     directory: str | Path,
     *,

@@ -1,13 +1,21 @@
-"""Demo data for `make run`: the tiny arithmetic model, built under the first model root and registered."""
+"""Demo data for `make run`: the tiny arithmetic model, built under the first model root and registered, and a
+queued SFT run of it, so the first visit finds a run to watch live and, once it ends, an SFT checkpoint to
+start GRPO or PPO from."""
 
 import subprocess
 import sys
 
 from django.conf import settings
+from django.contrib.auth.models import User
 
-from webapp.experiments.services import model_register
+from trainer.tasks import arithmetic
+from webapp.experiments.models import Run
+from webapp.experiments.services import model_register, run_create
 
 DEMO_MODEL_DIRECTORY = "tiny-arithmetic"
+DEMO_SFT_RUN_NAME = "demo: SFT of the tiny model on level-1 arithmetic"
+# the trainer's SFT recipe for this model, with held-out accuracy and samples on the charts as it learns
+DEMO_SFT_SETTINGS = {**arithmetic.TINY_MODEL_SFT_SETTINGS, "eval_every": 25, "sample_every": 50}
 
 
 def seed_demo_data(stdout) -> None:
@@ -19,3 +27,13 @@ def seed_demo_data(stdout) -> None:
                        check=True)
     model = model_register(path=str(directory), name="tiny arithmetic (demo)")
     stdout.write(f"demo model '{model.name}' registered: {model.path}")
+    if Run.objects.filter(name=DEMO_SFT_RUN_NAME).exists():
+        return
+    run = run_create(
+        kind="sft",
+        config={"model": model.path, **DEMO_SFT_SETTINGS},
+        data_source={"type": "arithmetic", "level": 1, "size": len(arithmetic.problems(1, "train"))},
+        created_by=User.objects.filter(username="researcher").first(),
+        name=DEMO_SFT_RUN_NAME,
+    )
+    stdout.write(f"demo run #{run.pk} queued: {run.name} (the worker starts it)")

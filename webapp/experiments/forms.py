@@ -23,6 +23,8 @@ DATA_SOURCE_CHOICES = [
     ("upload", "Upload a JSONL file"),
 ]
 GROUP_ORDER = ("model", "optimisation", "data", "logging", "advanced")
+# the "data" group holds sequence lengths and sampling settings; the data source has its own card
+GROUP_TITLES = {"data": "Sequences and sampling"}
 
 
 def _projects() -> list[tuple[int, str, int, int]]:
@@ -115,9 +117,10 @@ class LaunchForm(forms.Form):
                 self.fields[field_name] = forms.FloatField(required=False, help_text=help_text, label=reward_name)
                 self.initial.setdefault(field_name, weights.get(reward_name))
 
-    def grouped_config_fields(self) -> list[tuple[str, list[forms.BoundField]]]:
+    def grouped_config_fields(self) -> list[tuple[str, str, list[forms.BoundField]]]:
+        """(group, its title, its fields) in GROUP_ORDER."""
         return [
-            (group, [self[name] for name in self.config_groups[group]])
+            (group, GROUP_TITLES.get(group, group.capitalize()), [self[name] for name in self.config_groups[group]])
             for group in GROUP_ORDER if group in self.config_groups
         ]
 

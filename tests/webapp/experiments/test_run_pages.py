@@ -44,6 +44,21 @@ def test_launch_form_creates_a_run_and_shows_errors_inline(researcher_client, ti
     assert run.data_source == {"type": "arithmetic", "level": 1, "size": 16}
 
 
+def test_the_dapo_preset_fills_the_grpo_form_and_unknown_presets_are_not_found(researcher_client, tiny_model):
+    plain = researcher_client.get("/runs/new?kind=grpo")
+    assert 'href="?kind=grpo&preset=dapo"' in plain.content.decode()
+    assert plain.context["form"].initial["beta"] == 0.04
+    response = researcher_client.get("/runs/new?kind=grpo&preset=dapo")
+    initial = response.context["form"].initial
+    assert (initial["beta"], initial["epsilon_high"], initial["loss_aggregation"]) == (0.0, 0.28, "token-mean")
+    assert initial["dynamic_sampling"] is True and initial["overlong_filtering"] is True
+    assert (initial["reward__answer_match"], initial["reward__soft_overlong"]) == (1.0, 1.0)
+    assert "clip-higher (epsilon_high 0.28)" in response.content.decode()
+    assert researcher_client.get("/runs/new?kind=grpo&preset=nope").status_code == 404
+    assert researcher_client.get("/runs/new?kind=ppo&preset=dapo").status_code == 404
+    assert "presets" not in researcher_client.get("/runs/new?kind=dpo").content.decode()
+
+
 def test_an_uploaded_file_with_a_bad_line_is_refused_with_its_line_number(researcher_client, tiny_model):
     from django.core.files.uploadedfile import SimpleUploadedFile
 
