@@ -198,8 +198,7 @@ def config_from_dict(kind: str, data: dict[str, Any]) -> BaseConfig:
     if kind not in CONFIG_CLASSES:
         raise ConfigError("kind", f"unknown run kind {kind!r}; choose one of {', '.join(CONFIG_CLASSES)}")
     if "preset" in data:
-        data = dict(data)
-        data = with_preset(kind, str(data.pop("preset")), data)
+        data = with_preset(kind, str(data["preset"]), {key: value for key, value in data.items() if key != "preset"})
     cls = CONFIG_CLASSES[kind]
     names = [f.name for f in dataclasses.fields(cls)]
     for key in data:

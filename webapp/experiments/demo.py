@@ -27,7 +27,9 @@ def seed_demo_data(stdout) -> None:
                        check=True)
     model = model_register(path=str(directory), name="tiny arithmetic (demo)")
     stdout.write(f"demo model '{model.name}' registered: {model.path}")
-    if Run.objects.filter(name=DEMO_SFT_RUN_NAME).exists():
+    existing = Run.objects.filter(name=DEMO_SFT_RUN_NAME).first()
+    if existing is not None:
+        stdout.write(f"demo run #{existing.pk} exists ({existing.status}): {existing.name}")
         return
     run = run_create(
         kind="sft",

@@ -15,6 +15,7 @@ from django.db import connection
 from django.db.models import QuerySet
 from django.utils import timezone
 
+from trainer.config import PRESETS, Preset, with_preset
 from trainer.sink import decode_json_value
 from webapp.experiments.downsampling import Series, downsample
 from webapp.experiments.models import MetricRow, ModelRef, Run, Sample
@@ -36,6 +37,19 @@ def launchable_kinds() -> list[str]:
     from trainer.config import CONFIG_CLASSES
 
     return [kind for kind in CONFIG_CLASSES if kind in TRAIN_MODULES]
+
+
+def launch_presets(kind: str, parent: Run | None) -> dict[str, Preset]:
+    """The presets the launch form offers: none for a fork, which starts from its parent's whole config."""
+    return {} if parent else PRESETS.get(kind, {})
+
+
+def launch_initial_config(kind: str, parent: Run | None, preset: str) -> dict[str, Any] | None:
+    """The config the launch form starts from: the parent's for a fork (which offers no presets), else the
+    named preset's, if any. An unknown preset raises ConfigError naming the choices."""
+    if parent is not None:
+        return dict(parent.config)
+    return with_preset(kind, preset, {}) if preset else None
 
 
 def models_list() -> QuerySet[ModelRef]:

@@ -12,7 +12,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from trainer.config import PRESETS, ConfigError, with_preset
+from trainer.config import ConfigError
 from webapp.accounts.roles import researcher_required
 from webapp.experiments import selectors, services
 from webapp.experiments.forms import LaunchForm
@@ -72,13 +72,12 @@ def run_launch(request: HttpRequest) -> HttpResponse:
     kind = request.GET.get("kind") or (parent.kind if parent else kinds[0])
     if kind not in kinds:
         raise Http404(f"unknown run kind {kind!r}")
-    initial_config = dict(parent.config) if parent else None
+    presets = selectors.launch_presets(kind, parent)
     preset = request.GET.get("preset", "")
-    if preset:
-        try:
-            initial_config = with_preset(kind, preset, initial_config or {})
-        except ConfigError as error:
-            raise Http404(error.message) from error
+    try:
+        initial_config = selectors.launch_initial_config(kind, parent, preset)
+    except ConfigError as error:
+        raise Http404(error.message) from error
     if request.method == "POST":
         form = LaunchForm(request.POST, request.FILES, kind=kind, initial_config=initial_config)
         run = _launch(request, form, parent)
@@ -91,7 +90,7 @@ def run_launch(request: HttpRequest) -> HttpResponse:
             initial.update(level=parent.data_source["level"], size=parent.data_source["size"])
         form = LaunchForm(kind=kind, initial_config=initial_config, initial=initial)
     context = {"form": form, "kind": kind, "kinds": kinds, "parent": parent, "preset": preset,
-               "presets": PRESETS.get(kind, {}), "has_models": ModelRef.objects.exists()}
+               "presets": presets, "has_models": ModelRef.objects.exists()}
     return render(request, "experiments/run_launch.html", context)
 
 
