@@ -109,9 +109,11 @@ def test_samples_follow_the_newest_step_while_the_run_is_active(researcher_clien
     assert polling in researcher_client.get(f"/runs/{run.pk}/").content.decode()  # waits for the first samples
     for step in (10, 20):
         services.samples_write(run_id=run.pk, samples=[
-            {"step": step, "prompt": "Calculate 1 + 1", "completion": f"answer at {step}", "rewards": {"answer_match": 1.0}, "advantage": 0.5}])
+            {"step": step, "prompt": "Calculate 1 + 1", "completion": f"answer at {step}",
+             "rewards": {"answer_match": 1.0}, "advantage": -0.25716793513989}])
     latest = researcher_client.get(f"/runs/{run.pk}/samples").content.decode()
     assert "answer at 20" in latest and polling in latest
+    assert "<td>-0.257</td>" in latest  # an advantage shows three decimals, as the rewards do
     earlier = researcher_client.get(f"/runs/{run.pk}/samples?step=10").content.decode()
     assert "answer at 10" in earlier and "every 5s" not in earlier  # a step the user picked stays put
     Run.objects.filter(pk=run.pk).update(status=Run.Status.SUCCEEDED)
