@@ -191,9 +191,9 @@ class HFGenerationBackend:
     """
 
     def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, *, fast_decode: bool = True) -> None:
-        self.model = model
         self.tokenizer = tokenizer
         self.fast_decode = fast_decode
+        self._use(model)
         eos = tokenizer.eos_token_id
         if eos is None:
             raise ValueError("the tokenizer has no eos_token_id: generation could never stop")
@@ -202,7 +202,20 @@ class HFGenerationBackend:
 
     def sync_weights(self, model: PreTrainedModel) -> None:
         # Sampling reads the very module being trained, so it always sees the current weights.
+        self._use(model)
+
+    def _use(self, model: PreTrainedModel) -> None:
+        """Sample from `model`, deciding once (not per call) how: the fast decoder or the transformers forward,
+        and whether sampling must switch the model to eval mode, which walks every module twice.
+
+        The transformers forward turns its KV cache off under gradient checkpointing in train mode; the fast
+        decoder calls no module that behaves differently in train mode except dropout (LoRA's, say).
+        """
         self.model = model
+        self._fast = self.fast_decode and supports_fast_decode(model)
+        self._needs_eval_mode = not self._fast or any(
+            isinstance(module, nn.Dropout) and module.p > 0 for module in model.modules()
+        )
 
     def encode_prompts(self, prompts: Sequence[str]) -> tuple[Tensor, Tensor]:
         device = self.model.device
@@ -212,30 +225,21 @@ class HFGenerationBackend:
     def generate(self, prompts: Sequence[str], params: SamplingParams) -> GroupSamples:
         if not prompts:
             raise ValueError("generate needs at least one prompt")
-        fast = self.fast_decode and supports_fast_decode(self.model)
-        if not (self.model.training and self._sampling_differs_in_train_mode(fast)):
-            return self._generate(prompts, params, fast=fast)
+        if not (self.model.training and self._needs_eval_mode):
+            return self._generate(prompts, params)
         self.model.eval()
         try:
-            return self._generate(prompts, params, fast=fast)
+            return self._generate(prompts, params)
         finally:
             self.model.train()
 
-    def _sampling_differs_in_train_mode(self, fast: bool) -> bool:
-        """Whether sampling must switch the model to eval mode (which costs a walk over every module twice).
-
-        The transformers forward turns its KV cache off under gradient checkpointing in train mode; the fast
-        decoder calls no module that behaves differently in train mode except dropout (LoRA's, say).
-        """
-        return not fast or any(isinstance(module, nn.Dropout) and module.p > 0 for module in self.model.modules())
-
     @torch.no_grad()
-    def _generate(self, prompts: Sequence[str], params: SamplingParams, *, fast: bool) -> GroupSamples:
+    def _generate(self, prompts: Sequence[str], params: SamplingParams) -> GroupSamples:
         prompt_ids, prompt_mask = self.encode_prompts(prompts)
         group, max_new = params.group_size, params.max_new_tokens
         rows = prompt_ids.shape[0] * group
         device = prompt_ids.device
-        stepper_class = FastDecodeStepper if fast else TransformersStepper
+        stepper_class = FastDecodeStepper if self._fast else TransformersStepper
         stepper = stepper_class(self.model, prompt_ids, prompt_mask, group=group, max_new_tokens=max_new)
         logits = stepper.prefill()
 
