@@ -12,7 +12,7 @@ TEST_ENV := DATABASE_URL=postgres://postgres@127.0.0.1:5432/preflab \
 .PHONY: run test services browser
 
 run: $(INSTALLED)
-	$(PY) manage.py migrate --noinput
+	$(PY) manage.py migrate --noinput -v 0
 	$(PY) manage.py seed_demo
 	$(PY) manage.py serve
 

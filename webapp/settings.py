@@ -150,6 +150,9 @@ PREFLAB_METRICS_MAX_POINTS = env_int("PREFLAB_METRICS_MAX_POINTS", 2000, minimum
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "formatters": {"levelled": {"format": "[{asctime}] {levelname} {name}: {message}", "style": "{"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "levelled"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    # The embedded filesystem broker has no host, and kombu warns about that on every connection.
+    "loggers": {"kombu.connection": {"level": "ERROR"}},
 }

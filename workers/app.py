@@ -34,4 +34,7 @@ app.conf.update(
     result_expires=3600,
     broker_connection_retry_on_startup=True,
     worker_hijack_root_logger=False,
+    # What tasks print (progress bars of model loading) is information, not a warning: it goes to the log
+    # file, not to `make run`'s terminal.
+    worker_redirect_stdouts_level="INFO",
 )

@@ -81,4 +81,13 @@ def test_run_command_serves_login_and_round_trips_a_task_through_a_real_worker(t
     finally:
         serve.send_signal(signal.SIGINT)  # what Ctrl-C sends
         serve.wait(timeout=30)
-    assert "stopping" in log.read_text()
+    terminal = log.read_text()
+    assert "stopping" in terminal
+
+    # The terminal holds one summary block (address and accounts) and no routine lines; those are in files.
+    assert f"Preflab is running at {base}/" in terminal
+    assert re.search(rf"researcher\s+password {re.escape(password)}", terminal), terminal
+    assert '"GET ' not in terminal and "celery@" not in terminal and "INFO" not in terminal, terminal
+    logs = tmp_path / "logs"
+    assert '"GET /accounts/login/' in (logs / "web.log").read_text()
+    assert "ready." in (logs / "worker-default.log").read_text()

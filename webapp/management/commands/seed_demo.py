@@ -1,7 +1,9 @@
 """Demo accounts (and each app's demo data) for the embedded default: `make run` calls this on every start."""
 
 from importlib import import_module
+from pathlib import Path
 
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.management.base import BaseCommand
 
@@ -13,6 +15,19 @@ DEMO_USERS = (("researcher", RESEARCHER), ("annotator", ANNOTATOR))
 DEMO_APPS = ("webapp.annotation", "webapp.experiments")
 
 
+def demo_accounts_file() -> Path:
+    """Where the demo passwords are kept for `serve`'s start-up summary: a local demo's data dir, owner-only."""
+    return settings.DATA_DIR / "demo-accounts.txt"
+
+
+def _remember_demo_password(username: str, password: str) -> None:
+    path = demo_accounts_file()
+    rows = [row for row in (path.read_text().splitlines() if path.is_file() else [])
+            if row.partition("\t")[0] != username]
+    path.write_text("".join(f"{row}\n" for row in [*rows, f"{username}\t{password}"]))
+    path.chmod(0o600)
+
+
 class Command(BaseCommand):
     help = "Create the demo researcher and annotator (passwords printed once, on creation) and demo data."
 
@@ -22,6 +37,7 @@ class Command(BaseCommand):
                 self.stdout.write(f"demo {role} '{username}' exists (its password was printed when it was created)")
                 continue
             _, password = user_create(username=username, role=role)
+            _remember_demo_password(username, password)
             self.stdout.write(self.style.SUCCESS(f"demo {role}: username '{username}'  password '{password}'"))
         for app in DEMO_APPS:
             try:

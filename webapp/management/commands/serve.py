@@ -1,26 +1,51 @@
-"""Start the web server and the Celery workers together; Ctrl-C stops them all."""
+"""Start the web server and the Celery workers together; Ctrl-C stops them all.
 
+The terminal shows one summary block once everything is up (address, demo accounts, where the logs are), then
+only warnings and errors; each process's full output goes to a file under `<data dir>/logs/`.
+"""
+
+import os
+import re
 import signal
 import subprocess
 import sys
+import threading
 import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
+from webapp.management.commands.seed_demo import demo_accounts_file
+from webapp.process_logs import relay
 from workers.app import DEFAULT_QUEUE, GPU_QUEUE
 
+READY_TIMEOUT_S = 90.0
+_WORKER_READY = re.compile(r"@\S+ ready\.")
 
-def worker_commands() -> list[list[str]]:
+
+def worker_commands() -> dict[str, list[str]]:
     celery = [sys.executable, "-m", "celery", "-A", "workers", "worker", "--loglevel", "INFO"]
-    return [
+    return {
         # Light web-side jobs never wait behind a training run. -B: this worker also runs celery beat (the
         # periodic stale-heartbeat check of runs).
-        [*celery, "-Q", DEFAULT_QUEUE, "--pool", "threads", "--concurrency", "2", "-n", f"{DEFAULT_QUEUE}@%h",
-         "-B", "--schedule", str(settings.DATA_DIR / "celerybeat-schedule")],
+        f"worker-{DEFAULT_QUEUE}": [
+            *celery, "-Q", DEFAULT_QUEUE, "--pool", "threads", "--concurrency", "2", "-n", f"{DEFAULT_QUEUE}@%h",
+            "-B", "--schedule", str(settings.DATA_DIR / "celerybeat-schedule"),
+        ],
         # One model job at a time, in the worker's own process (no fork after CUDA is initialised).
-        [*celery, "-Q", GPU_QUEUE, "--pool", "solo", "-n", f"{GPU_QUEUE}@%h"],
-    ]
+        f"worker-{GPU_QUEUE}": [*celery, "-Q", GPU_QUEUE, "--pool", "solo", "-n", f"{GPU_QUEUE}@%h"],
+    }
+
+
+@dataclass
+class Started:
+    name: str
+    process: subprocess.Popen
+    log_path: Path
+    ready: threading.Event = field(default_factory=threading.Event)
 
 
 class Command(BaseCommand):
@@ -30,17 +55,76 @@ class Command(BaseCommand):
         parser.add_argument("--addrport", default="127.0.0.1:8000")
 
     def handle(self, *args: object, addrport: str, **options: object) -> None:
-        web = [sys.executable, "manage.py", "runserver", addrport, "--noreload"]
-        processes = [subprocess.Popen(command) for command in [*worker_commands(), web]]
-        self.stdout.write(self.style.SUCCESS(f"Preflab is running at http://{addrport}/  (Ctrl-C stops it)"))
+        log_dir = settings.DATA_DIR / "logs"
+        log_dir.mkdir(parents=True, exist_ok=True)
+        commands = {**worker_commands(), "web": [sys.executable, "manage.py", "runserver", addrport, "--noreload"]}
+        started = [self._start(name, command, log_dir) for name, command in commands.items()]
         try:
-            while all(process.poll() is None for process in processes):
+            waiting = _wait_until_up(started, f"http://{addrport}/healthz")
+            self.stdout.write(self._summary(addrport, log_dir, waiting))
+            while all(item.process.poll() is None for item in started):
                 time.sleep(0.5)
-            self.stderr.write("a process exited; stopping the others")
+            stopped = next(item for item in started if item.process.poll() is not None)
+            self.stderr.write(f"{stopped.name} exited with {stopped.process.returncode} (see {stopped.log_path});"
+                              " stopping the others")
         except KeyboardInterrupt:
             self.stdout.write("stopping…")
         finally:
-            _stop(processes)
+            _stop([item.process for item in started])
+
+    def _start(self, name: str, command: list[str], log_dir: Path) -> Started:
+        process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        item = Started(name, process, log_dir / f"{name}.log")
+        item.log_path.write_text("")  # each start begins a fresh log
+
+        def watch(line: str) -> None:
+            if _WORKER_READY.search(line):
+                item.ready.set()
+
+        relay(process.stdout, item.log_path, lambda line: self.stderr.write(f"[{name}] {line}"), watch)
+        return item
+
+    def _summary(self, addrport: str, log_dir: Path, waiting: list[str]) -> str:
+        rule = "─" * 72
+        lines = [rule, self.style.SUCCESS(f"  Preflab is running at http://{addrport}/   (Ctrl-C stops it)")]
+        accounts = demo_accounts_file()
+        if accounts.is_file():
+            lines.append("  Demo accounts (as created; change them at /accounts/password/):")
+            for row in accounts.read_text().splitlines():
+                username, _, password = row.partition("\t")
+                lines.append(f"    {username:<12} password {password}")
+        lines.append(f"  Full logs: {log_dir}/{{web,worker-{DEFAULT_QUEUE},worker-{GPU_QUEUE}}}.log")
+        if waiting:
+            lines.append(self.style.WARNING(f"  Not ready after {READY_TIMEOUT_S:.0f} s: {', '.join(waiting)}"
+                                            " (see its log)"))
+        lines += ["  Only warnings and errors are shown below.", rule]
+        return "\n".join(lines)
+
+
+def _wait_until_up(started: list[Started], health_url: str) -> list[str]:
+    """Wait for the web server to answer and the workers to say they are ready; the names still not up."""
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    web_up = False
+    while time.monotonic() < deadline:
+        if any(item.process.poll() is not None for item in started):
+            break
+        web_up = web_up or _answers(health_url)
+        if web_up and all(item.ready.is_set() for item in started if item.name != "web"):
+            return []
+        time.sleep(0.3)
+    return [item.name for item in started if (item.name == "web" and not web_up)
+            or (item.name != "web" and not item.ready.is_set())]
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2):
+            return True
+    except OSError:
+        return False
 
 
 def _stop(processes: list[subprocess.Popen]) -> None:
