@@ -2,7 +2,7 @@
 
 Rows are dicts. SFT: {prompt, completion[, answer]}; reward model / DPO: {prompt, chosen, rejected[, weight,
 margin, answer]}. `answer` (a reference answer) is only read by evaluation. Bad rows raise DataError naming
-the row index and the field. Batches are padded on the right to the longest sequence in the batch.
+the row index and the field; an empty or whitespace-only completion, chosen or rejected is a bad row. Batches are padded on the right to the longest sequence in the batch.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ from transformers import PreTrainedTokenizerBase
 
 SFT_FIELDS = ("prompt", "completion")
 PAIR_FIELDS = ("prompt", "chosen", "rejected")
+# A model learns nothing from an empty answer but "stop at once": such rows are refused, not trained on.
+ANSWER_FIELDS = ("completion", "chosen", "rejected")
 
 
 class DataError(ValueError):
@@ -55,6 +57,11 @@ def check_rows(rows: Sequence[dict], required: Sequence[str], *, name: str = "tr
                 raise DataError(f"{name} row {index}: missing field {field!r}")
             if not isinstance(row[field], str):
                 raise DataError(f"{name} row {index}: field {field!r} must be text, got {type(row[field]).__name__}")
+            if field in ANSWER_FIELDS and not row[field].strip():
+                raise DataError(
+                    f"{name} row {index}: field {field!r} is empty (or only whitespace); remove the row or give "
+                    "it a response"
+                )
         for field in ("weight", "margin"):
             value = row.get(field)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):

@@ -15,3 +15,17 @@ REPLACEMENT = "\ufffd"
 
 def storable_text(text: str) -> str:
     return text.replace(NUL, REPLACEMENT)
+
+
+def counted(count: int, singular: str, plural: str | None = None) -> str:
+    """'1 preference pair', '2 preference pairs': the noun agrees with its number."""
+    return f"{count} {singular if count == 1 else plural or singular + 's'}"
+
+
+# Whitespace-only text, as a database regex (Postgres and SQLite alike) and in Python: such a response carries
+# no preference, so it is left out of pairs and refused in training data.
+BLANK_TEXT_REGEX = r"^\s*$"
+
+
+def is_blank(text: str) -> bool:
+    return not text.strip()

@@ -8,6 +8,10 @@
   (tier numbers) the annotators gave it.
 - Agreement with the majority: per annotator, how often their order of a response pair matches the most
   common order among the other annotators of that item (pairs where the others are split are not counted).
+- Disputed item: two or more answers (skips excluded) that do not name the same best responses, an all-bad
+  answer being its own "best" (so "all bad" against a ranking is a dispute). Kendall's tau alone would miss
+  two annotators who agree on the order of the bad responses but not on the one to choose, the pair that
+  matters most for training.
 """
 
 from collections import Counter, defaultdict
@@ -136,3 +140,14 @@ def agreement_with_majority(items: Iterable[ItemRankings]) -> dict[Hashable, flo
                 counted[annotator] += 1
                 agree[annotator] += _order(own, first, second) == top[0][0]
     return {annotator: agree[annotator] / counted[annotator] for annotator in counted}
+
+
+def best_answer(tiers: Tiers, *, all_bad: bool) -> frozenset[int] | str:
+    """What one answer says is best: the ids of its top tier, or "all bad"."""
+    if all_bad:
+        return "all bad"
+    return frozenset(tiers[0]) if tiers else frozenset()
+
+
+def is_disputed(answers: Iterable[frozenset[int] | str]) -> bool:
+    return len(set(answers)) > 1

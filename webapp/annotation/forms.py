@@ -19,6 +19,25 @@ class ProjectForm(forms.ModelForm):
         fields = ["name", "mode", "guidelines", "responses_per_item", "annotators_per_item", "lease_minutes", "members"]
         widgets = {"guidelines": forms.Textarea(attrs={"rows": 6, "placeholder": "Markdown"})}
 
+    # The database's check constraints would say 'Constraint "…" is violated': say it in words first.
+    def clean_responses_per_item(self) -> int:
+        value = self.cleaned_data["responses_per_item"]
+        if value < 2:
+            raise forms.ValidationError(f"An item needs at least 2 responses to compare; {value} was given.")
+        return value
+
+    def clean_annotators_per_item(self) -> int:
+        value = self.cleaned_data["annotators_per_item"]
+        if value < 1:
+            raise forms.ValidationError("Each item needs at least 1 annotator.")
+        return value
+
+    def clean_lease_minutes(self) -> int:
+        value = self.cleaned_data["lease_minutes"]
+        if value < 1:
+            raise forms.ValidationError("A lease lasts at least 1 minute.")
+        return value
+
 
 class ImportForm(forms.Form):
     file = forms.FileField(help_text="JSONL or CSV: {prompt, responses}, {prompt}, {prompt, chosen, rejected} or chat messages.")

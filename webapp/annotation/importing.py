@@ -11,7 +11,8 @@ field is kept in metadata. In CSV, `responses`, `messages` and `metadata` cells 
 response_1, response_2, ... may replace `responses`.
 
 Every row is checked before anything is written; the first bad one raises ImportFileError naming the line
-and the field. Without an id, a row's id is a hash of its content, so importing a file twice adds nothing.
+and the field. An empty (or whitespace-only) prompt, response, chosen or rejected is refused: it carries no
+preference. Without an id, a row's id is a hash of its content, so importing a file twice adds nothing.
 """
 
 import csv
@@ -21,6 +22,8 @@ import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
+
+from webapp.text import is_blank
 
 FORMATS = ("jsonl", "csv")
 _KNOWN_FIELDS = {"id", "external_id", "prompt", "messages", "responses", "chosen", "rejected", "answer",
@@ -152,7 +155,7 @@ def _record(line: int, row: dict) -> ImportRecord:
         messages = _messages(line, "messages", row["messages"])
         responses: list[str] = []
         if messages[-1]["role"] == "assistant":
-            responses.append(messages[-1]["content"])
+            responses.append(_text(line, f"messages[{len(messages) - 1}].content", messages[-1]["content"]))
             messages = messages[:-1]
             if not messages:
                 raise ImportFileError(line, "messages", "there is no message before the assistant's answer")
@@ -219,8 +222,8 @@ def _record(line: int, row: dict) -> ImportRecord:
 def _text(line: int, name: str, value: object) -> str:
     if not isinstance(value, str):
         raise ImportFileError(line, name, f"must be a string, got {type(value).__name__}")
-    if not value.strip():
-        raise ImportFileError(line, name, "is empty")
+    if is_blank(value):
+        raise ImportFileError(line, name, "is empty (or only whitespace)")
     return value
 
 
@@ -232,7 +235,7 @@ def _response_text(line: int, name: str, value: object) -> str:
         answers = [message["content"] for message in _messages(line, name, value) if message["role"] == "assistant"]
         if not answers:
             raise ImportFileError(line, name, "these messages hold no assistant message")
-        return answers[-1]
+        return _text(line, name, answers[-1])
     return _text(line, name, value)
 
 

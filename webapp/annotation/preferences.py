@@ -2,6 +2,8 @@
 
 A ranking is a list of tiers of response ids, best first; responses in one tier are tied and give no pair.
 Margin is the distance between the two tiers, so a pair from first vs last place weighs more in a margin loss.
+An empty (or whitespace-only) response carries no preference: the callers take it out with `tiers_without` first,
+so the weights still add up to 1 per ranking over the responses that remain.
 """
 
 from dataclasses import dataclass
@@ -16,6 +18,12 @@ class DerivedPair:
     rejected: int
     weight: float
     margin: float
+
+
+def tiers_without(tiers: list[list[int]], left_out: set[int]) -> list[list[int]]:
+    """The tiers with some responses (empty ones, say) taken out, and tiers left empty by that dropped."""
+    kept = [[response for response in tier if response not in left_out] for tier in tiers]
+    return [tier for tier in kept if tier]
 
 
 def pairs_from_tiers(tiers: list[list[int]], *, strategy: str = "all") -> list[DerivedPair]:

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Count, Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from webapp.accounts.roles import is_researcher
@@ -21,7 +21,8 @@ from webapp.annotation.models import (
     Response,
     SamplingJob,
 )
-from webapp.annotation.preferences import pairs_from_tiers
+from webapp.annotation.preferences import pairs_from_tiers, tiers_without
+from webapp.text import BLANK_TEXT_REGEX, is_blank
 
 OPEN_ITEMS = Q(annotatable=True, response_count__gte=2)
 
@@ -50,6 +51,7 @@ class AnnotatorRow:
     skips: int
     median_seconds: float | None
     agreement_with_majority: float | None
+    all_bad: int = 0
 
 
 @dataclass
@@ -111,13 +113,15 @@ def project_progress(project: Project) -> ProjectProgress:
     majority = agreement.agreement_with_majority(shared)
     seconds: dict[str, list[float]] = defaultdict(list)
     skips: dict[str, int] = defaultdict(int)
-    for username, skipped, spent in Ranking.objects.filter(prompt__project=project).values_list(
-        "annotator__username", "skipped", "seconds_spent"
+    all_bad: dict[str, int] = defaultdict(int)
+    for username, skipped, bad, spent in Ranking.objects.filter(prompt__project=project).values_list(
+        "annotator__username", "skipped", "all_bad", "seconds_spent"
     ):
         if skipped:
             skips[username] += 1
         else:
             seconds[username].append(spent)
+            all_bad[username] += bad
     progress.annotators = [
         AnnotatorRow(
             username=username,
@@ -125,6 +129,7 @@ def project_progress(project: Project) -> ProjectProgress:
             skips=skips[username],
             median_seconds=statistics.median(seconds[username]) if seconds[username] else None,
             agreement_with_majority=majority.get(username),
+            all_bad=all_bad[username],
         )
         for username in sorted(seconds.keys() | skips.keys())
     ]
@@ -159,6 +164,32 @@ def own_ranked_count(*, project: Project, user: AbstractBaseUser) -> int:
     return Ranking.objects.filter(prompt__project=project, annotator=user, skipped=False).count()
 
 
+def blank_response_ids(*, prompt_id: int) -> set[int]:
+    """The prompt's empty (whitespace-only) responses: they are left out of its pairs."""
+    return {
+        response_id
+        for response_id, text in Response.objects.filter(prompt_id=prompt_id).values_list("id", "text")
+        if is_blank(text)
+    }
+
+
+@dataclass(frozen=True)
+class ProjectData:
+    """What a project holds beyond progress: pairs by origin and the empty responses left out of pairs."""
+
+    imported_pairs: int
+    ranking_pairs: int
+    empty_responses: int
+
+
+def project_data(project: Project) -> ProjectData:
+    pairs = PreferencePair.objects.filter(project=project).aggregate(
+        imported=Count("pk", filter=Q(ranking__isnull=True)), ranked=Count("pk", filter=Q(ranking__isnull=False))
+    )
+    empty = Response.objects.filter(prompt__project=project, text__regex=BLANK_TEXT_REGEX).count()
+    return ProjectData(imported_pairs=pairs["imported"], ranking_pairs=pairs["ranked"], empty_responses=empty)
+
+
 def sampling_jobs(project: Project) -> QuerySet[SamplingJob]:
     return project.sampling_jobs.all()[:10]
 
@@ -173,9 +204,15 @@ def pair_rows(*, project_id: int, strategy: str = "all") -> Iterator[dict]:
     """TRL rows {prompt, chosen, rejected, weight, margin, ranking_id, annotator}, streamed from the database.
 
     "all" reads the stored pairs; the other strategies derive pairs from each ranking on the way; imported
-    pairs are part of every strategy.
+    pairs are part of every strategy. No pair involves an empty (whitespace-only) response.
     """
-    stored = PreferencePair.objects.filter(project_id=project_id).order_by("id")
+    # Pairs stored before empty responses were left out of pairs may still hold one: never export them.
+    stored = (
+        PreferencePair.objects.filter(project_id=project_id)
+        .exclude(chosen__text__regex=BLANK_TEXT_REGEX)
+        .exclude(rejected__text__regex=BLANK_TEXT_REGEX)
+        .order_by("id")
+    )
     if strategy != "all":
         stored = stored.filter(ranking__isnull=True)
     for prompt, chosen, rejected, weight, margin, ranking_id, annotator in stored.values_list(
@@ -192,7 +229,8 @@ def pair_rows(*, project_id: int, strategy: str = "all") -> Iterator[dict]:
     )
     for ranking in rankings.iterator(chunk_size=500):
         texts = dict(ranking.prompt.responses.values_list("id", "text"))
-        for pair in pairs_from_tiers(ranking.tiers, strategy=strategy):
+        blank = {response_id for response_id, text in texts.items() if is_blank(text)}
+        for pair in pairs_from_tiers(tiers_without(ranking.tiers, blank), strategy=strategy):
             yield {"prompt": ranking.prompt.text, "chosen": texts[pair.chosen], "rejected": texts[pair.rejected],
                    "weight": pair.weight, "margin": pair.margin, "ranking_id": ranking.pk,
                    "annotator": ranking.annotator.get_username()}
@@ -241,3 +279,133 @@ def projects_for_training() -> list[tuple[int, str, int, int]]:
         pair_count=Count("pairs", distinct=True), prompt_count=Count("prompts", distinct=True)
     ).order_by("name")
     return [(p.pk, p.name, p.pair_count, p.prompt_count) for p in projects]
+
+
+# The items view: a project's prompts with their answers, filtered, searched and opened one by one ----------
+
+ITEM_STATUSES = {
+    "all": "All",
+    "unranked": "Unranked",
+    "ranked": "Ranked",
+    "skipped": "Skipped",
+    "all_bad": "All bad",
+    "disputed": "Disputed",
+}
+
+
+def _answers_by_item(rankings: QuerySet[Ranking]) -> dict[int, list[frozenset[int] | str]]:
+    answers: dict[int, list[frozenset[int] | str]] = defaultdict(list)
+    for prompt_id, tiers, all_bad in rankings.filter(skipped=False).values_list("prompt_id", "tiers", "all_bad"):
+        answers[prompt_id].append(agreement.best_answer(tiers, all_bad=all_bad))
+    return answers
+
+
+def disputed_item_ids(*, project: Project, among: QuerySet[Prompt] | None = None) -> set[int]:
+    """Items whose answers (skips excluded) disagree on the best response; see agreement.py for the rule."""
+    items = among if among is not None else Prompt.objects.filter(project=project)
+    rankings = Ranking.objects.filter(prompt__in=items.filter(ranking_count__gte=2).values("pk"))
+    return {prompt_id for prompt_id, answers in _answers_by_item(rankings).items() if agreement.is_disputed(answers)}
+
+
+def project_items(
+    *, project: Project, status: str = "all", search: str = "", annotator: str = ""
+) -> QuerySet[Prompt]:
+    """The project's items (imported pairs are not items), oldest first, with their answer counts.
+
+    Statuses overlap: an item one person skipped and another ranked is both "skipped" and "ranked".
+    unranked: no ranking yet (skips aside); ranked: one ranking or more; skipped / all_bad: someone skipped it
+    or called every response bad; disputed: its answers disagree on the best response.
+    """
+    items = Prompt.objects.filter(project=project, annotatable=True)
+    if status == "unranked":
+        items = items.filter(ranking_count=0)
+    elif status == "ranked":
+        items = items.filter(ranking_count__gte=1)
+    elif status == "skipped":
+        items = items.filter(Exists(Ranking.objects.filter(prompt=OuterRef("pk"), skipped=True)))
+    elif status == "all_bad":
+        items = items.filter(Exists(Ranking.objects.filter(prompt=OuterRef("pk"), all_bad=True, skipped=False)))
+    elif status == "disputed":
+        items = items.filter(pk__in=disputed_item_ids(project=project, among=items))
+    if search.strip():
+        text = search.strip()
+        items = items.filter(
+            Q(text__icontains=text) | Q(pk__in=Response.objects.filter(text__icontains=text).values("prompt_id"))
+        )
+    if annotator.strip():
+        items = items.filter(
+            Exists(Ranking.objects.filter(prompt=OuterRef("pk"), annotator__username=annotator.strip()))
+        )
+    # distinct: the two joins (rankings, responses) multiply each other's rows
+    return items.annotate(
+        skips=Count("rankings", filter=Q(rankings__skipped=True), distinct=True),
+        all_bad_count=Count("rankings", filter=Q(rankings__all_bad=True, rankings__skipped=False), distinct=True),
+        empty_responses=Count("responses", filter=Q(responses__text__regex=BLANK_TEXT_REGEX), distinct=True),
+    ).order_by("id")
+
+
+@dataclass(frozen=True)
+class ItemResponse:
+    id: int
+    label: str
+    text: str
+    empty: bool
+
+
+@dataclass(frozen=True)
+class ItemAnswer:
+    """One annotator's answer to an item: a rank per response (by the item's response order), or a skip."""
+
+    username: str
+    skipped: bool
+    all_bad: bool
+    ranks: list[int | None]
+    rationale: str
+    seconds: float
+
+
+@dataclass(frozen=True)
+class ItemDetail:
+    prompt: Prompt
+    responses: list[ItemResponse]
+    answers: list[ItemAnswer]
+    tau: float | None
+    pairwise_agreement: float | None
+    disputed: bool
+
+    @property
+    def rows(self) -> list[tuple[ItemResponse, list[int | None]]]:
+        """Per response, its rank by each annotator (columns in the order of `answers`)."""
+        return [(response, [answer.ranks[index] for answer in self.answers])
+                for index, response in enumerate(self.responses)]
+
+
+def item_detail(*, prompt: Prompt) -> ItemDetail:
+    """Every annotator's answer to one item side by side, with the item's own agreement figures."""
+    responses = [
+        ItemResponse(id=response.pk, label=f"R{number}", text=response.text, empty=is_blank(response.text))
+        for number, response in enumerate(prompt.responses.order_by("id"), start=1)
+    ]
+    rankings = list(prompt.rankings.select_related("annotator").order_by("annotator__username"))
+    answers = []
+    for ranking in rankings:
+        # An all-bad answer with everything in one tier ranks nothing: its cells say "all bad", not "1".
+        ranked = not ranking.skipped and not (ranking.all_bad and len(ranking.tiers) <= 1)
+        position = agreement.positions(ranking.tiers) if ranked else {}
+        answers.append(ItemAnswer(
+            username=ranking.annotator.get_username(), skipped=ranking.skipped, all_bad=ranking.all_bad,
+            ranks=[position.get(response.id) for response in responses], rationale=ranking.rationale,
+            seconds=ranking.seconds_spent,
+        ))
+    shared = {ranking.annotator.get_username(): ranking.tiers for ranking in rankings if not ranking.skipped}
+    items = [shared] if len(shared) >= 2 else []
+    return ItemDetail(
+        prompt=prompt,
+        responses=responses,
+        answers=answers,
+        tau=agreement.mean_kendall_tau(items),
+        pairwise_agreement=agreement.pairwise_agreement_rate(items),
+        disputed=agreement.is_disputed(
+            agreement.best_answer(ranking.tiers, all_bad=ranking.all_bad) for ranking in rankings if not ranking.skipped
+        ),
+    )

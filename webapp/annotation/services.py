@@ -31,9 +31,9 @@ from webapp.annotation.models import (
     Response,
     SamplingJob,
 )
-from webapp.annotation.preferences import pairs_from_tiers
-from webapp.annotation.selectors import responses_shown
-from webapp.text import storable_text
+from webapp.annotation.preferences import pairs_from_tiers, tiers_without
+from webapp.annotation.selectors import blank_response_ids, responses_shown
+from webapp.text import counted, storable_text
 
 logger = logging.getLogger(__name__)
 
@@ -91,6 +91,11 @@ class ImportSummary:
     already_present: int
     responses: int
     pairs: int
+
+    @property
+    def contents(self) -> str:
+        """'6 responses, 1 preference pair': what the new prompts brought, nouns agreeing with their numbers."""
+        return f"{counted(self.responses, 'response')}, {counted(self.pairs, 'preference pair')}"
 
 
 def prompts_import(
@@ -307,12 +312,14 @@ def ranking_skip(*, assignment_id: int, annotator: AbstractBaseUser) -> Ranking:
 
 
 def _store_pairs(ranking: Ranking, project: Project) -> None:
+    """The ranking's pairs, leaving out every empty response (a model can sample one): it carries no preference."""
+    blank = blank_response_ids(prompt_id=ranking.prompt_id)
     PreferencePair.objects.bulk_create(
         PreferencePair(
             project=project, prompt_id=ranking.prompt_id, ranking=ranking, chosen_id=pair.chosen,
             rejected_id=pair.rejected, weight=pair.weight, margin=pair.margin,
         )
-        for pair in pairs_from_tiers(ranking.tiers)
+        for pair in pairs_from_tiers(tiers_without(ranking.tiers, blank))
     )
 
 

@@ -2,9 +2,11 @@
 
 import shutil
 from collections.abc import Callable
+from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse, QueryDict, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.text import slugify
@@ -14,9 +16,10 @@ from webapp.accounts.roles import annotator_required, is_researcher, researcher_
 from webapp.annotation import exporting, selectors, services
 from webapp.annotation.forms import ExportForm, ImportForm, ProjectForm, SamplingForm
 from webapp.annotation.importing import ImportFileError, format_from_name, parse_import
-from webapp.annotation.models import Assignment, Project, SamplingJob
+from webapp.annotation.models import Assignment, Project, Prompt, SamplingJob
 from webapp.annotation.rendering import render_markdown
 from webapp.experiments import selectors as experiment_selectors
+from webapp.text import counted
 
 # Annotators -------------------------------------------------------------------------------------------------
 
@@ -162,6 +165,7 @@ def _detail_context(project: Project) -> dict:
         "project": project,
         "guidelines_html": render_markdown(project.guidelines),
         "progress": selectors.project_progress(project),
+        "data": selectors.project_data(project),
         "jobs": selectors.sampling_jobs(project),
         "import_form": ImportForm(),
         "sampling_form": SamplingForm(initial={"responses_per_prompt": project.responses_per_item}),
@@ -184,6 +188,38 @@ def project_progress(request: HttpRequest, project_id: int) -> HttpResponse:
                   {"project": project, "progress": selectors.project_progress(project)})
 
 
+ITEMS_PER_PAGE = 25
+
+
+@researcher_required
+def project_items(request: HttpRequest, project_id: int) -> HttpResponse:
+    project = get_object_or_404(Project, pk=project_id)
+    status = request.GET.get("status", "all")
+    if status not in selectors.ITEM_STATUSES:
+        status = "all"
+    search, annotator = request.GET.get("q", "").strip(), request.GET.get("annotator", "").strip()
+    items = selectors.project_items(project=project, status=status, search=search, annotator=annotator)
+    page = Paginator(items, ITEMS_PER_PAGE).get_page(request.GET.get("page"))
+    shown = [item.pk for item in page]
+    disputed = selectors.disputed_item_ids(project=project, among=Prompt.objects.filter(pk__in=shown))
+    filters = {key: value for key, value in (("q", search), ("annotator", annotator)) if value}
+    context = {
+        "project": project, "page": page, "disputed": disputed, "status": status,
+        "status_label": selectors.ITEM_STATUSES[status], "search": search,
+        "annotator": annotator, "statuses": selectors.ITEM_STATUSES, "progress": selectors.project_progress(project),
+        "filter_query": urlencode(filters), "page_query": urlencode({**filters, "status": status}),
+    }
+    return render(request, "annotation/project_items.html", context)
+
+
+@researcher_required
+def project_item(request: HttpRequest, project_id: int, prompt_id: int) -> HttpResponse:
+    project = get_object_or_404(Project, pk=project_id)
+    prompt = get_object_or_404(Prompt, pk=prompt_id, project=project)
+    return render(request, "annotation/project_item.html",
+                  {"project": project, "item": selectors.item_detail(prompt=prompt)})
+
+
 @require_POST
 @researcher_required
 def project_import(request: HttpRequest, project_id: int) -> HttpResponse:
@@ -203,8 +239,8 @@ def project_import(request: HttpRequest, project_id: int) -> HttpResponse:
     summary = services.prompts_import(project=project, records=records)
     messages.success(
         request,
-        f"Imported {summary.created} prompts ({summary.responses} responses, {summary.pairs} preference pairs) "
-        f"from {upload.name}; {summary.already_present} were already in the project.",
+        f"Imported {counted(summary.created, 'prompt')} ({summary.contents}) from {upload.name}; "
+        f"{summary.already_present} were already in the project.",
     )
     return redirect("annotation:project_detail", project_id=project.pk)
 

@@ -14,6 +14,7 @@ from trainer.config import CONFIG_CLASSES
 from trainer.rewards import REWARD_FUNCTIONS
 from webapp.experiments.models import ModelRef
 from webapp.experiments.services import MODEL_FIELDS, ONLINE_KINDS, SERVICE_FIELDS
+from webapp.text import counted
 
 REWARD_PREFIX = "reward__"
 DATA_SOURCE_CHOICES = [
@@ -95,7 +96,7 @@ class LaunchForm(forms.Form):
         super().__init__(*args, **kwargs)
         self.kind = kind
         self.fields["project"].choices = [("", "— choose —")] + [
-            (project_id, f"{name} ({pairs} pairs, {prompts} prompts)")
+            (project_id, f"{name} ({counted(pairs, 'pair')}, {counted(prompts, 'prompt')})")
             for project_id, name, pairs, prompts in _projects()
         ]
         cls = CONFIG_CLASSES[kind]

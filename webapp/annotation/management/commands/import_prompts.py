@@ -8,6 +8,7 @@ from tqdm import tqdm
 from webapp.annotation import services
 from webapp.annotation.importing import FORMATS, ImportFileError, format_from_name, parse_import
 from webapp.annotation.management.commands.export_preferences import project_from_option
+from webapp.text import counted
 
 
 class Command(BaseCommand):
@@ -30,6 +31,6 @@ class Command(BaseCommand):
         with tqdm(total=len(records), unit="row", desc=f"import {path.name}", file=self.stderr._out) as bar:
             summary = services.prompts_import(project=project, records=records, progress=bar.update)
         self.stdout.write(self.style.SUCCESS(
-            f"{path}: {summary.created} prompts imported into '{project.name}' ({summary.responses} responses, "
-            f"{summary.pairs} preference pairs); {summary.already_present} already present"
+            f"{path}: {counted(summary.created, 'prompt')} imported into '{project.name}' ({summary.contents}); "
+            f"{summary.already_present} already present"
         ))
