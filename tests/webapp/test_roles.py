@@ -8,9 +8,11 @@ from webapp.accounts.roles import RESEARCHER
 pytestmark = pytest.mark.django_db
 
 
-def _researcher_only_urls() -> list[str]:
-    """Every parameterless URL whose view is marked researcher-only, across all apps."""
+def _researcher_only_urls(arguments: dict[str, int] | None = None) -> list[str]:
+    """Every URL whose view is marked researcher-only, across all apps: the parameterless ones, and those whose
+    parameters are all given in `arguments` (a project's pages, say)."""
     found: list[str] = []
+    arguments = arguments or {}
 
     def walk(patterns, prefix: str, namespace: str | None) -> None:
         for entry in patterns:
@@ -19,13 +21,44 @@ def _researcher_only_urls() -> list[str]:
             elif (
                 isinstance(entry, URLPattern)
                 and getattr(entry.callback, "required_role", None) == RESEARCHER
-                and entry.pattern.regex.groups == 0
+                and set(entry.pattern.regex.groupindex) <= arguments.keys()
+                and entry.pattern.regex.groups == len(entry.pattern.regex.groupindex)
                 and entry.name
             ):
-                found.append(reverse(f"{namespace}:{entry.name}" if namespace else entry.name))
+                name = f"{namespace}:{entry.name}" if namespace else entry.name
+                found.append(reverse(name, kwargs={key: arguments[key] for key in entry.pattern.regex.groupindex}))
 
     walk(get_resolver().url_patterns, "/", None)
     return found
+
+
+@pytest.fixture
+def project_pages(annotator) -> list[str]:
+    """The researcher pages of one project, one of its items and one of its members."""
+    from tests.webapp.annotation.factories import make_project
+
+    project = make_project(items=1, members=[annotator])
+    item = project.prompts.get()
+    pages = _researcher_only_urls({"project_id": project.pk, "prompt_id": item.pk, "user_id": annotator.pk})
+    return [url for url in pages if url not in _researcher_only_urls()]
+
+
+def test_a_projects_own_pages_are_checked_too(project_pages):
+    for page in ("members/", "items/", "edit/"):
+        assert any(url.endswith(page) for url in project_pages), page
+    assert any("/items/" in url and not url.endswith("/items/") for url in project_pages)
+
+
+def test_annotator_is_refused_every_page_of_a_project(client, annotator, project_pages):
+    client.force_login(annotator)
+    for url in project_pages:
+        assert client.post(url).status_code == 403, url
+        assert client.get(url).status_code in (403, 405), url  # 405: a POST-only action
+
+
+def test_researcher_sees_every_page_of_a_project(researcher_client, project_pages):
+    for url in project_pages:
+        assert researcher_client.get(url).status_code in (200, 405), url
 
 
 def test_there_are_researcher_pages_to_check():
