@@ -1,4 +1,5 @@
-// The ranking and pairwise pages: keyboard-first ranking, drag and drop, undo, word diff, layout toggle.
+// The ranking and pairwise pages: keyboard-first ranking, drag and drop, undo, back to the previous item,
+// word diff, layout toggle.
 // The item area (#annotate-item) is replaced by htmx after each submit, so state lives per item and the
 // key handler (bound once) always looks the current item up.
 (() => {
@@ -51,7 +52,7 @@
   }
 
   function showError(text) {
-    const box = item && $("#client-error", item);
+    const box = item && $("#item-error", item);
     if (box) box.textContent = text;
   }
 
@@ -122,6 +123,14 @@
     target.dataset.sent = "1";
     target.elements.seconds.value = ((performance.now() - startedAt) / 1000).toFixed(1);
     target.requestSubmit();
+  }
+
+  function toggleAllBad() {
+    const box = $("#all-bad", item);
+    if (!box) return;
+    remember();
+    box.checked = !box.checked;
+    refresh();
   }
 
   function toggleCollapse(card) {
@@ -238,9 +247,10 @@
     $$(".diff-pick", item).forEach((button) => button.addEventListener("click", () => pickForDiff(button.closest(".response"))));
     $$(".choice", item).forEach((button) => button.addEventListener("click", () => choose(button.dataset.choice)));
     $("#undo-button", item)?.addEventListener("click", undo);
-    // A click on Submit goes through the same checks as Enter before htmx sends anything.
+    // A click on Submit goes through the same checks as Enter before htmx sends anything. Skip's own
+    // htmx:confirm bubbles up to this form too: it must pass untouched, or Skip would submit the ranks.
     if (mode() === "ranking") form()?.addEventListener("htmx:confirm", (event) => {
-      if (!form().dataset.sent) { event.preventDefault(); submitRanking(); }
+      if (event.target === form() && !form().dataset.sent) { event.preventDefault(); submitRanking(); }
     });
     cards()[0]?.focus();
   }
@@ -257,6 +267,8 @@
       if (event.key === "Escape") { event.target.blur(); cards()[0]?.focus(); }
       return;
     }
+    // In a rank box Backspace deletes the digit, as anywhere one types.
+    if (event.key === "Backspace" && event.target.closest?.("input")) return;
     if (document.querySelector("dialog[open]")) return; // the dialog handles Esc itself
     const key = event.key;
     const card = focused();
@@ -280,7 +292,8 @@
       switch (lower) {
         case "s": $("#skip-button", item)?.click(); return true;
         case "u": undo(); return true;
-        case "b": { const box = $("#all-bad", item); if (box) { remember(); box.checked = !box.checked; refresh(); } return true; }
+        case "x": toggleAllBad(); return true;
+        case "backspace": $("#back-button", item)?.click(); return true;
         case "d": pickForDiff(card || cards()[0]); return true;
         case "c": toggleCollapse(card); return true;
         case "l": toggleLayout(); return true;
@@ -305,9 +318,15 @@
       const fresh = document.getElementById("annotate-item");
       if (fresh && fresh !== item) setUp(fresh);
     });
-    document.body.addEventListener("htmx:responseError", () => {
+    // After a server error, or a refusal the server put into the item's error box (the form left as the
+    // annotator filled it in), let the annotator send again.
+    const allowResend = () => {
       const target = form();
-      if (target) delete target.dataset.sent; // let the annotator retry after a server error
+      if (target) delete target.dataset.sent;
+    };
+    document.body.addEventListener("htmx:responseError", allowResend);
+    document.body.addEventListener("htmx:afterSwap", (event) => {
+      if (event.detail.target?.id === "item-error") allowResend();
     });
   }
 

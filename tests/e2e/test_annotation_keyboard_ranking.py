@@ -17,7 +17,7 @@ def test_three_items_ranked_by_keyboard_alone(page, live_server, annotator):
     # Enter on the untouched default order is refused
     page.wait_for_selector(".response:focus")
     page.keyboard.press("Enter")
-    assert "Rank every response first" in page.inner_text("#client-error")
+    assert "Rank every response first" in page.inner_text("#item-error")
     # a rank, then undo
     page.keyboard.press("1")
     assert page.locator(".rank-input").first.input_value() == "1"

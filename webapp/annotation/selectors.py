@@ -5,6 +5,7 @@ import statistics
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Count, Exists, OuterRef, Q, QuerySet
@@ -162,6 +163,18 @@ def own_progress(*, user: AbstractBaseUser) -> list[OwnProgress]:
 
 def own_ranked_count(*, project: Project, user: AbstractBaseUser) -> int:
     return Ranking.objects.filter(prompt__project=project, annotator=user, skipped=False).count()
+
+
+def previous_answer(*, project: Project, user: AbstractBaseUser) -> Ranking | None:
+    """The user's latest answer (ranking or skip) in the project, while it may still be changed: within the
+    project's lease time (services.ranking_withdraw holds the same rule)."""
+    since = timezone.now() - timedelta(minutes=project.lease_minutes)
+    return (
+        Ranking.objects.filter(prompt__project=project, annotator=user, created_at__gte=since)
+        .select_related("prompt")
+        .order_by("-created_at", "-id")
+        .first()
+    )
 
 
 def blank_response_ids(*, prompt_id: int) -> set[int]:

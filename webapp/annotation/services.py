@@ -278,10 +278,13 @@ def ranking_submit(
             return existing
         project = prompt.project
         shown = {response.pk for response in responses_shown(prompt=prompt, annotator=annotator)}
-        cleaned = [sorted(shown)] if all_bad and not any(tiers) else _validated_tiers(tiers, shown)
+        # All bad: whatever ranks were filled in are ignored, every shown response is one tier and gives no pair.
+        cleaned = [sorted(shown)] if all_bad else _validated_tiers(tiers, shown)
         now = timezone.now()
         if prompt.ranking_count + _others_holding(prompt, annotator, now) >= project.annotators_per_item:
-            raise AnnotationError("your lease expired and this item has all the rankings it needs; take the next one")
+            raise AnnotationError(
+                "your lease expired and this item has all the rankings it needs; skip it (S) to take the next one"
+            )
         lease_seconds = (now - assignment.leased_at).total_seconds()
         ranking = Ranking.objects.create(
             assignment=assignment,
@@ -308,6 +311,47 @@ def ranking_skip(*, assignment_id: int, annotator: AbstractBaseUser) -> Ranking:
             return existing
         ranking = Ranking.objects.create(assignment=assignment, prompt=prompt, annotator=annotator, skipped=True)
         Assignment.objects.filter(pk=assignment.pk).update(status=Assignment.Status.SKIPPED)
+    return ranking
+
+
+def ranking_withdraw(*, ranking_id: int, annotator: AbstractBaseUser) -> Ranking:
+    """Take back one's own answer (a ranking or a skip) to change it: the item is leased to its annotator again.
+
+    Allowed within the project's lease time after answering, so a reopened item is held no longer than a lease.
+    Returns the withdrawn ranking, no longer stored, so that its answer can be shown again.
+    """
+    with transaction.atomic():
+        assignment_id = Ranking.objects.filter(pk=ranking_id, annotator=annotator).values_list(
+            "assignment_id", flat=True
+        ).first()
+        if assignment_id is None:
+            raise AnnotationError(f"answer {ranking_id} is not yours or was already taken back")
+        assignment, prompt = _locked_assignment(assignment_id, annotator)
+        # Read again under the prompt's lock: a second Back sent meanwhile may have withdrawn it already.
+        ranking = Ranking.objects.filter(pk=ranking_id).first()
+        if ranking is None:
+            raise AnnotationError(f"answer {ranking_id} was already taken back")
+        project = prompt.project
+        now = timezone.now()
+        window = timedelta(minutes=project.lease_minutes)
+        if now - ranking.created_at > window:
+            age = int((now - ranking.created_at).total_seconds() // 60)
+            raise AnnotationError(
+                f"an answer can be changed only within {counted(project.lease_minutes, 'minute')} (the project's "
+                f"lease time); yours to {prompt.external_id!r} was given {counted(age, 'minute')} ago"
+            )
+        # A skip held no place in the overlap, so the item may have gone to someone else since.
+        rankings_left = prompt.ranking_count - (0 if ranking.skipped else 1)
+        if rankings_left + _others_holding(prompt, annotator, now) >= project.annotators_per_item:
+            raise AnnotationError(
+                f"{prompt.external_id!r} has been given to someone else since you skipped it; it cannot be reopened"
+            )
+        ranking.delete()  # its preference pairs go with it (on_delete=CASCADE)
+        if not ranking.skipped:
+            Prompt.objects.filter(pk=prompt.pk).update(ranking_count=F("ranking_count") - 1)
+        # leased_at stays: the queue shows a person's oldest lease first, so the reopened item comes before
+        # the one they were on when they went back.
+        Assignment.objects.filter(pk=assignment.pk).update(status=Assignment.Status.LEASED, expires_at=now + window)
     return ranking
 
 

@@ -9,6 +9,7 @@ urlpatterns = [
     path("annotate/<int:project_id>/", views.annotate, name="annotate"),
     path("annotate/items/<int:assignment_id>/submit/", views.annotate_submit, name="annotate_submit"),
     path("annotate/items/<int:assignment_id>/skip/", views.annotate_skip, name="annotate_skip"),
+    path("annotate/<int:project_id>/back/", views.annotate_back, name="annotate_back"),
     path("projects/", views.project_list, name="project_list"),
     path("projects/new/", views.project_create, name="project_create"),
     path("projects/<int:project_id>/", views.project_detail, name="project_detail"),

@@ -2,6 +2,7 @@
 
 import shutil
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from urllib.parse import urlencode
 
 from django.contrib import messages
@@ -9,17 +10,19 @@ from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse, QueryDict, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.html import escape
 from django.utils.text import slugify
 from django.views.decorators.http import require_POST
+from django_htmx.http import reswap, retarget
 
 from webapp.accounts.roles import annotator_required, is_researcher, researcher_required
 from webapp.annotation import exporting, selectors, services
 from webapp.annotation.forms import ExportForm, ImportForm, ProjectForm, SamplingForm
 from webapp.annotation.importing import ImportFileError, format_from_name, parse_import
-from webapp.annotation.models import Assignment, Project, Prompt, SamplingJob
+from webapp.annotation.models import Assignment, Project, Prompt, Ranking, SamplingJob
 from webapp.annotation.rendering import render_markdown
 from webapp.experiments import selectors as experiment_selectors
-from webapp.text import counted
+from webapp.text import counted, is_blank
 
 # Annotators -------------------------------------------------------------------------------------------------
 
@@ -36,27 +39,83 @@ def _project_for_annotator(request: HttpRequest, project_id: int) -> Project:
     return project
 
 
-def _item_context(request: HttpRequest, project: Project, error: str = "") -> dict:
-    assignment = services.assignment_lease_next(project=project, annotator=request.user)
-    context: dict = {"project": project, "assignment": assignment, "error": error}
+@dataclass(frozen=True)
+class _ShownAnswer:
+    """An answer put back into an item's controls: the one withdrawn by Back, or one the server refused."""
+
+    assignment_id: int
+    ranks: dict[int, str] = field(default_factory=dict)
+    all_bad: bool = False
+    choice: str = ""
+    rationale: str = ""
+    reopened: bool = False
+
+
+def _answer_from_post(assignment_id: int, post: QueryDict) -> _ShownAnswer:
+    ranks = {int(key.removeprefix("rank_")): value for key, value in post.items()
+             if key.startswith("rank_") and key.removeprefix("rank_").isdigit()}
+    return _ShownAnswer(assignment_id=assignment_id, ranks=ranks, all_bad=post.get("all_bad") == "on",
+                        choice=post.get("choice", ""), rationale=post.get("rationale", ""))
+
+
+def _answer_from_ranking(ranking: Ranking, shown: list[int]) -> _ShownAnswer:
+    """`shown`: the response ids in the order this annotator sees them (A first)."""
+    if ranking.skipped:
+        return _ShownAnswer(assignment_id=ranking.assignment_id, reopened=True)
+    ranks = {} if ranking.all_bad else {
+        response: str(place) for place, tier in enumerate(ranking.tiers, start=1) for response in tier
+    }
+    if ranking.all_bad:
+        choice = "both_bad"
+    elif len(ranking.tiers) == 1:
+        choice = "tie"
+    else:
+        choice = "a" if ranking.tiers[0] == shown[:1] else "b"
+    return _ShownAnswer(assignment_id=ranking.assignment_id, ranks=ranks, all_bad=ranking.all_bad, choice=choice,
+                        rationale=ranking.rationale, reopened=True)
+
+
+def _item_context(
+    request: HttpRequest, project: Project, *, assignment: Assignment | None = None, error: str = "",
+    answer: _ShownAnswer | None = None,
+) -> dict:
+    if assignment is None:
+        assignment = services.assignment_lease_next(project=project, annotator=request.user)
+    if answer is None or assignment is None or answer.assignment_id != assignment.pk:
+        answer = _ShownAnswer(assignment_id=0)
+    context: dict = {"project": project, "assignment": assignment, "error": error, "answer": answer}
     if assignment is not None:
         responses = selectors.responses_shown(prompt=assignment.prompt, annotator=request.user)
         context["responses"] = [
             {"id": response.pk, "letter": chr(ord("A") + index), "html": render_markdown(response.text),
-             "long": len(response.text) > 1500}
+             "long": len(response.text) > 1500, "empty": is_blank(response.text),
+             "rank": answer.ranks.get(response.pk, "")}
             for index, response in enumerate(responses)
         ]
         context["prompt_html"] = render_markdown(assignment.prompt.text)
     context["ranked"] = selectors.own_ranked_count(project=project, user=request.user)
+    context["can_go_back"] = selectors.previous_answer(project=project, user=request.user) is not None
     return context
 
 
-def _render_item(request: HttpRequest, project: Project, error: str = "") -> HttpResponse:
-    context = _item_context(request, project, error)
+def _render_item(
+    request: HttpRequest, project: Project, *, assignment: Assignment | None = None, error: str = "",
+    answer: _ShownAnswer | None = None,
+) -> HttpResponse:
+    context = _item_context(request, project, assignment=assignment, error=error, answer=answer)
     if request.htmx:
         return render(request, "annotation/annotate.html#item", context)
     context["guidelines_html"] = render_markdown(project.guidelines)
     return render(request, "annotation/annotate.html", context)
+
+
+def _refused(request: HttpRequest, project: Project, message: str, answer: _ShownAnswer | None = None) -> HttpResponse:
+    """A refusal that leaves what the annotator entered in place: htmx puts the message into the item's error box
+    and swaps nothing else; without htmx the item is shown again with the posted answer filled in."""
+    if request.htmx:
+        response = HttpResponse(escape(message))
+        return reswap(retarget(response, "#item-error"), "innerHTML")
+    return _render_item(request, project, error=message, answer=answer)
 
 
 @annotator_required
@@ -94,13 +153,13 @@ def _seconds(post: QueryDict) -> float:
 
 
 def _answer_item(request: HttpRequest, assignment_id: int, write: Callable[[Project], object]) -> HttpResponse:
-    """Record an answer on an item, then show the next item (or this one again with the refusal)."""
+    """Record an answer on an item, then show the next item (or keep this one, as entered, with the refusal)."""
     assignment = get_object_or_404(Assignment.objects.select_related("prompt__project"), pk=assignment_id)
     project = _project_for_annotator(request, assignment.prompt.project_id)
     try:
         write(project)
     except services.AnnotationError as error:
-        return _render_item(request, project, error=str(error))
+        return _refused(request, project, str(error), _answer_from_post(assignment_id, request.POST))
     if not request.htmx:
         return redirect("annotation:annotate", project_id=project.pk)
     return _render_item(request, project)
@@ -128,6 +187,24 @@ def annotate_skip(request: HttpRequest, assignment_id: int) -> HttpResponse:
     return _answer_item(
         request, assignment_id, lambda _: services.ranking_skip(assignment_id=assignment_id, annotator=request.user)
     )
+
+
+@require_POST
+@annotator_required
+def annotate_back(request: HttpRequest, project_id: int) -> HttpResponse:
+    """Withdraw the annotator's latest answer and show its item again with that answer filled in."""
+    project = _project_for_annotator(request, project_id)
+    previous = selectors.previous_answer(project=project, user=request.user)
+    if previous is None:
+        return _refused(request, project, f"Nothing to go back to: no answer of yours in this project within the "
+                                          f"last {counted(project.lease_minutes, 'minute')} (the lease time).")
+    try:
+        withdrawn = services.ranking_withdraw(ranking_id=previous.pk, annotator=request.user)
+    except services.AnnotationError as error:
+        return _refused(request, project, str(error))
+    assignment = Assignment.objects.select_related("prompt").get(pk=withdrawn.assignment_id)
+    shown = [response.pk for response in selectors.responses_shown(prompt=assignment.prompt, annotator=request.user)]
+    return _render_item(request, project, assignment=assignment, answer=_answer_from_ranking(withdrawn, shown))
 
 
 # Researchers ------------------------------------------------------------------------------------------------
