@@ -131,6 +131,9 @@ class ProgressSink:
     def checkpoint(self, step: int, path: str) -> None:
         self.inner.checkpoint(step, path)
 
+    def checkpoint_removed(self, step: int, path: str) -> bool:
+        return self.inner.checkpoint_removed(step, path)
+
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()

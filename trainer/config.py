@@ -79,6 +79,9 @@ class BaseConfig:
     sample_every: int = _option(0, "Record model samples every N steps (0: never).", "logging")
     eval_every: int = _option(0, "Evaluate on the held-out data every N steps (0: only at the end).", "logging")
     checkpoint_every: int = _option(0, "Write a resumable checkpoint every N steps (0: only at the end).", "logging")
+    keep_last: int = _option(
+        3, "Checkpoints kept on disk: older ones are deleted unless another run uses them (0: keep all).", "logging"
+    )
     resume_from: str | None = _option(None, "Checkpoint directory (…/checkpoints/step-N) to continue from.", "advanced")
 
     use_lora: bool = _option(False, "Train LoRA adapters instead of all weights (peft).", "model")
@@ -102,7 +105,7 @@ class BaseConfig:
                 raise ConfigError(name, "is required")
         _positive(self, "lr", "batch_size", "grad_accum_steps", "max_length", "max_prompt_length", "log_every")
         _non_negative(self, "weight_decay", "warmup_steps", "max_grad_norm", "sample_every", "eval_every")
-        _non_negative(self, "checkpoint_every")
+        _non_negative(self, "checkpoint_every", "keep_last")
         if self.max_steps is not None and self.max_steps <= 0:
             raise ConfigError("max_steps", f"must be > 0 (or empty to use epochs), got {self.max_steps}")
         if self.max_steps is None and self.epochs <= 0:

@@ -45,6 +45,7 @@ from trainer.loop import (
     model_source,
     restore_training_state,
     resume_state_for,
+    retain_checkpoints,
     save_checkpoint,
     seed_everything,
     total_steps,
@@ -402,6 +403,7 @@ def run_online(run: OnlineRun, sink: Sink, resume_state: dict[str, Any] | None) 
             extra_models=run.extra_models,
         )
         sink.checkpoint(step, str(path))
+        retain_checkpoints(config, sink, path)
         return str(path)
 
     sink.start(total_steps=run.steps, start_step=start_step)

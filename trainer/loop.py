@@ -10,6 +10,7 @@ batches and numbers as one that never stopped.
 
 from __future__ import annotations
 
+import logging
 import math
 import random
 import shutil
@@ -32,6 +33,7 @@ from trainer.models import LoraOptions, load_tokenizer
 from trainer.sink import Sink
 
 STATE_FILE = "trainer_state.pt"
+logger = logging.getLogger(__name__)
 
 
 class TrainingDiverged(RuntimeError):
@@ -185,6 +187,43 @@ def save_checkpoint(
     return directory
 
 
+def checkpoint_step(directory: Path) -> int | None:
+    """N of a complete `step-N` checkpoint directory, None for anything else (e.g. a `.partial` one)."""
+    number = directory.name.removeprefix("step-")
+    return int(number) if directory.name.startswith("step-") and number.isdigit() else None
+
+
+def strip_optimizer_state(directory: Path) -> bool:
+    """Rewrite the checkpoint's state without the optimizer (most of a checkpoint's bytes); True if it had one.
+    A resume from it restarts AdamW's moments; everything else stays exact."""
+    path = directory / STATE_FILE
+    state = torch.load(path, weights_only=True, mmap=True)
+    if "optimizer" not in state:
+        return False
+    del state["optimizer"]
+    partial = path.with_name(STATE_FILE + ".partial")
+    torch.save(state, partial)
+    partial.replace(path)
+    return True
+
+
+def retain_checkpoints(config: BaseConfig, sink: Sink, written: Path) -> None:
+    """After writing `written`: strip the optimizer state from the run's earlier checkpoints (only the newest
+    needs it to resume exactly) and delete those beyond `keep_last`, each only if the sink releases it (another
+    run may use it as a model). Checkpoints after `written` belong to an abandoned branch and are left alone."""
+    newest = checkpoint_step(written)
+    earlier = sorted(
+        ((step, directory) for directory in written.parent.iterdir()
+         if (step := checkpoint_step(directory)) is not None and step < newest),
+        reverse=True,
+    )
+    for rank, (step, directory) in enumerate(earlier, start=2):
+        if config.keep_last and rank > config.keep_last and sink.checkpoint_removed(step, str(directory)):
+            shutil.rmtree(directory, ignore_errors=True)
+        elif (directory / STATE_FILE).exists():
+            strip_optimizer_state(directory)
+
+
 def load_checkpoint_state(directory: str | Path) -> dict[str, Any]:
     path = Path(directory) / STATE_FILE
     if not path.exists():
@@ -231,7 +270,11 @@ def restore_training_state(
     """Load a checkpoint's optimizer, scheduler, data order and RNG; (start step, tokens seen), (0, 0) when new."""
     if state is None:
         return 0, 0
-    optimizer.load_state_dict(state["optimizer"])
+    if "optimizer" in state:
+        optimizer.load_state_dict(state["optimizer"])
+    else:
+        logger.warning("resuming from step %s without optimizer state: AdamW's moments restart from zero",
+                       state["step"])
     scheduler.load_state_dict(state["scheduler"])
     order.load_state_dict(state["data_order"])
     set_rng_state(state["rng"])
@@ -263,6 +306,7 @@ def run_steps(parts: LoopParts, sink: Sink) -> TrainResult:
             data_order=order,
         )
         sink.checkpoint(step, str(path))
+        retain_checkpoints(config, sink, path)
         return str(path)
 
     sink.start(total_steps=steps, start_step=start_step)

@@ -39,6 +39,10 @@ class Sink(Protocol):
     def checkpoint(self, step: int, path: str) -> None:
         """A complete, resumable checkpoint was written to `path` for `step`."""
 
+    def checkpoint_removed(self, step: int, path: str) -> bool:
+        """The trainer is about to delete an old checkpoint (keep_last). The sink forgets it and returns True,
+        or returns False when it must stay (another run uses it as a model): the trainer then keeps it."""
+
 
 # JSON has no NaN/Inf. Non-finite floats are written as the strings "NaN", "Infinity" and "-Infinity"
 # (the spellings JavaScript's Number() and Python's float() both parse), and read back as floats.
@@ -77,7 +81,8 @@ class FileSink:
     """Writes metrics.jsonl and samples.jsonl into `output_dir`; stops when `stop_file` appears.
 
     metrics.jsonl rows: {"step", "time", "tokens_seen", "metrics": {...}}; samples.jsonl rows:
-    {"step", "prompt", "completion", "rewards", "advantage"}. Checkpoints are listed in checkpoints.jsonl.
+    {"step", "prompt", "completion", "rewards", "advantage"}. Checkpoints are listed in checkpoints.jsonl
+    (with "removed": true when keep_last deleted one).
     """
 
     def __init__(self, output_dir: str | Path, *, stop_file: str | Path | None = None) -> None:
@@ -113,6 +118,10 @@ class FileSink:
     def checkpoint(self, step: int, path: str) -> None:
         self._append("checkpoints.jsonl", {"step": step, "path": path})
 
+    def checkpoint_removed(self, step: int, path: str) -> bool:
+        self._append("checkpoints.jsonl", {"step": step, "path": path, "removed": True})
+        return True
+
     def _append(self, name: str, row: dict) -> None:
         with open(self.output_dir / name, "a", encoding="utf-8") as handle:
             handle.write(json.dumps(encode_json_value(row), allow_nan=False) + "\n")
@@ -127,9 +136,12 @@ class FileSink:
 
 @dataclass
 class MemorySink:
-    """Keeps everything in lists (tests); `stop_at_step` makes should_stop() true once that step is logged."""
+    """Keeps everything in lists (tests); `stop_at_step` makes should_stop() true once that step is logged;
+    checkpoints whose path is in `in_use` are never released for deletion."""
 
     stop_at_step: int | None = None
+    in_use: set[str] = field(default_factory=set)
+    removed: list[tuple[int, str]] = field(default_factory=list)
     metrics: dict[int, dict[str, float]] = field(default_factory=dict)
     samples: list[dict] = field(default_factory=list)
     checkpoints: list[tuple[int, str]] = field(default_factory=list)
@@ -162,3 +174,9 @@ class MemorySink:
 
     def checkpoint(self, step: int, path: str) -> None:
         self.checkpoints.append((step, path))
+
+    def checkpoint_removed(self, step: int, path: str) -> bool:
+        if path in self.in_use:
+            return False
+        self.removed.append((step, path))
+        return True

@@ -4,6 +4,8 @@ from django.contrib.auth.models import User
 from webapp.annotation.importing import FORMATS
 from webapp.annotation.models import Project
 from webapp.annotation.preferences import STRATEGIES
+from webapp.experiments.models import ModelRef
+from webapp.experiments.selectors import models_offered
 
 
 class ProjectForm(forms.ModelForm):
@@ -49,7 +51,9 @@ class ImportForm(forms.Form):
 class SamplingForm(forms.Form):
     model_path = forms.CharField(
         max_length=500,
-        help_text="A registered model or checkpoint, a directory under the model roots, or a hub id.",
+        label="Model",
+        help_text="A registered model or a run's checkpoint by name (suggested as you type), a directory under "
+                  "the model roots, or a hub id (org/name).",
         widget=forms.TextInput(attrs={"list": "known-models", "autocomplete": "off"}),
     )
     responses_per_prompt = forms.IntegerField(min_value=2, max_value=16, initial=4)
@@ -57,6 +61,11 @@ class SamplingForm(forms.Form):
     temperature = forms.FloatField(min_value=0.0, max_value=5.0, initial=1.0)
     top_p = forms.FloatField(min_value=0.01, max_value=1.0, initial=1.0)
     seed = forms.IntegerField(min_value=0, initial=0)
+
+    @staticmethod
+    def known_models() -> list[ModelRef]:
+        """The suggestions: causal LMs (and hub ids of unknown kind), newest checkpoint of each run first."""
+        return models_offered((ModelRef.Architecture.CAUSAL_LM,))
 
 
 class ExportForm(forms.Form):

@@ -8,14 +8,12 @@ once more, since a lease may have expired and been handed to someone else meanwh
 """
 
 import logging
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from pathlib import Path
 
-from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Count, F, IntegerField, OuterRef, Subquery, Value
 from django.db.models.functions import Coalesce
@@ -33,11 +31,12 @@ from webapp.annotation.models import (
 )
 from webapp.annotation.preferences import pairs_from_tiers, tiers_without
 from webapp.annotation.selectors import blank_response_ids, responses_shown
+from webapp.experiments.models import ModelRef
+from webapp.experiments.services import model_resolve
 from webapp.text import counted, storable_text
 
 logger = logging.getLogger(__name__)
 
-_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")
 _LEASE_ATTEMPTS = 20
 IMPORT_CHUNK = 500
 
@@ -380,23 +379,16 @@ def preference_pairs_rebuild(*, project: Project) -> int:
 
 
 def model_path_check(path: str) -> str:
-    """A hub id as given, or a local directory resolved and confirmed to lie under settings.MODEL_ROOTS."""
-    value = path.strip()
-    if not value:
-        raise AnnotationError("model: give a local directory or a hub id")
-    local = value.startswith(("/", ".", "~")) or Path(value).expanduser().exists()
-    if not local:
-        if _HUB_ID.fullmatch(value) and ".." not in value:
-            return value
-        raise AnnotationError(f"model: {value!r} is neither a hub id (org/name) nor an absolute directory")
-    resolved = Path(value).expanduser().resolve()
-    roots = [Path(root).resolve() for root in settings.MODEL_ROOTS]
-    if not any(resolved.is_relative_to(root) for root in roots):
-        allowed = ", ".join(str(root) for root in roots)
-        raise AnnotationError(f"model: {resolved} is outside the allowed model roots ({allowed}); see PREFLAB_MODEL_ROOTS")
-    if not (resolved / "config.json").is_file():
-        raise AnnotationError(f"model: {resolved} holds no config.json (expected a save_pretrained directory)")
-    return str(resolved)
+    """The path to sample from: a causal LM named as the experiments' one resolver accepts (a registered model
+    or checkpoint by name or path, a directory under the model roots, a hub id)."""
+    try:
+        resolved = model_resolve(path)
+    except ValidationError as error:
+        raise AnnotationError(f"model: {' '.join(error.messages)}") from None
+    if resolved.architecture == ModelRef.Architecture.CLASSIFIER:
+        raise AnnotationError(f"model: {path.strip()!r} is a sequence classifier (a reward model); "
+                              "sampling needs a causal LM")
+    return resolved.path
 
 
 def sampling_job_create(
@@ -480,4 +472,3 @@ def _generation_text(prompt: Prompt, tokenizer) -> str:
     if prompt.messages and getattr(tokenizer, "chat_template", None):
         return tokenizer.apply_chat_template(prompt.messages, tokenize=False, add_generation_prompt=True)
     return prompt.text
-

@@ -12,8 +12,9 @@ from django.core.exceptions import ValidationError
 
 from trainer.config import CONFIG_CLASSES
 from trainer.rewards import REWARD_FUNCTIONS
+from webapp.experiments import selectors
 from webapp.experiments.models import ModelRef
-from webapp.experiments.services import MODEL_FIELDS, ONLINE_KINDS, SERVICE_FIELDS
+from webapp.experiments.services import MODEL_FIELDS, ONLINE_KINDS, SERVICE_FIELDS, field_architectures
 from webapp.text import counted
 
 REWARD_PREFIX = "reward__"
@@ -36,9 +37,19 @@ def _projects() -> list[tuple[int, str, int, int]]:
     return list(projects_for_training())
 
 
-def _model_choices(*, blank: str | None) -> list[tuple[str, str]]:
-    choices = [("", blank)] if blank is not None else []
-    return choices + [(model.path, f"{model.name} ({model.get_source_display()})") for model in ModelRef.objects.all()]
+def _model_label(model: ModelRef) -> str:
+    if model.run_id is not None:
+        return f"{model.name} ({model.get_architecture_display()})"
+    return f"{model.name} ({model.get_source_display()}, {model.get_architecture_display()})"
+
+
+def _model_choices(architectures: tuple[str, ...], *, blank: str) -> list:
+    """A blank first (nothing chosen for the user), base models, then each run's checkpoints newest first."""
+    groups: dict[str, list[tuple[str, str]]] = {}
+    for model in selectors.models_offered(architectures):
+        group = f"run #{model.run.pk} {model.run.name}" if model.run_id is not None else "base models"
+        groups.setdefault(group, []).append((model.path, _model_label(model)))
+    return [("", blank), *groups.items()]
 
 
 def _unwrap_optional(annotation: Any) -> tuple[Any, bool]:
@@ -48,13 +59,15 @@ def _unwrap_optional(annotation: Any) -> tuple[Any, bool]:
     return annotation, False
 
 
-def _form_field(name: str, annotation: Any, dataclass_field: dataclasses.Field) -> forms.Field:
+def _form_field(kind: str, name: str, annotation: Any, dataclass_field: dataclasses.Field) -> forms.Field:
     base, optional = _unwrap_optional(annotation)
     help_text = dataclass_field.metadata.get("help", "")
     if name in MODEL_FIELDS:
+        required = name == "model"
         return forms.ChoiceField(
-            choices=_model_choices(blank=None if name == "model" else "— none —"),
-            required=name == "model", help_text=help_text,
+            choices=_model_choices(field_architectures(kind, name), blank="— choose a model —" if required else "— none —"),
+            required=required, help_text=help_text,
+            error_messages={"required": "choose a model: this run needs one to start from"},
         )
     if base is bool:
         return forms.BooleanField(required=False, help_text=help_text)
@@ -107,7 +120,7 @@ class LaunchForm(forms.Form):
                          if f.default_factory is not dataclasses.MISSING})
         values = {**defaults, **(initial_config or {})}
         for f in visible_config_fields(kind):
-            self.fields[f.name] = _form_field(f.name, hints[f.name], f)
+            self.fields[f.name] = _form_field(kind, f.name, hints[f.name], f)
             if values.get(f.name) is not None:
                 self.initial.setdefault(f.name, _initial_value(values[f.name]))
             self.config_groups.setdefault(f.metadata.get("group", "advanced"), []).append(f.name)

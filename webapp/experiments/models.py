@@ -3,6 +3,9 @@
 from django.conf import settings
 from django.db import models
 
+# The config fields of a run that name a model (a ModelRef's path).
+MODEL_FIELDS = ("model", "reference_model", "reward_model", "critic_model")
+
 
 class ModelRef(models.Model):
     """A model usable as policy, reference, reward model or critic: a base model or a run's checkpoint."""
@@ -12,11 +15,22 @@ class ModelRef(models.Model):
         HUB = "hub", "hub id"
         CHECKPOINT = "checkpoint", "checkpoint"
 
+    class Architecture(models.TextChoices):
+        """What the model computes, which decides the roles it can fill (DESIGN section 3)."""
+
+        CAUSAL_LM = "causal_lm", "causal LM"
+        CLASSIFIER = "classifier", "sequence classifier"
+        UNKNOWN = "unknown", "kind unknown"
+
     name = models.CharField(max_length=200)
     path = models.CharField(max_length=1000, unique=True, help_text="A directory under a model root, or a hub id.")
     source = models.CharField(max_length=20, choices=Source.choices)
     run = models.ForeignKey("Run", null=True, blank=True, on_delete=models.CASCADE, related_name="checkpoints")
     step = models.PositiveIntegerField(null=True, blank=True)
+    architecture = models.CharField(max_length=20, choices=Architecture.choices, default=Architecture.UNKNOWN)
+    has_optimizer_state = models.BooleanField(
+        default=False, help_text="A checkpoint that still holds AdamW's moments (only a run's newest one does)."
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -4,21 +4,23 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 from django.conf import settings
 from django.core.cache import cache
 from django.db import connection
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from trainer.config import PRESETS, Preset, with_preset
 from trainer.sink import decode_json_value
 from webapp.experiments.downsampling import Series, downsample
-from webapp.experiments.models import MetricRow, ModelRef, Run, Sample
+from webapp.experiments.models import MODEL_FIELDS, MetricRow, ModelRef, Run, Sample
 
 X_AXES = ("step", "wall_time", "tokens_seen")
 # The number a run is summarised by in the list, per kind (first one present).
@@ -54,6 +56,59 @@ def launch_initial_config(kind: str, parent: Run | None, preset: str) -> dict[st
 
 def models_list() -> QuerySet[ModelRef]:
     return ModelRef.objects.select_related("run")
+
+
+def models_offered(architectures: Iterable[str]) -> list[ModelRef]:
+    """Models of these kinds (and those whose kind is unknown) in the order a model field offers them: base
+    models by name, then each run's checkpoints, newest run first and its newest step first."""
+    wanted = [*architectures, ModelRef.Architecture.UNKNOWN]
+    models = ModelRef.objects.filter(architecture__in=wanted).select_related("run")
+    bases = models.filter(run__isnull=True).order_by("name")
+    checkpoints = models.filter(run__isnull=False).order_by("-run_id", "-step")
+    return [*bases, *checkpoints]
+
+
+def directory_size(path: str) -> int:
+    """Bytes of the files under `path` (0 when it is gone)."""
+    return sum(
+        (Path(root) / name).stat().st_size for root, _, names in os.walk(path) for name in names
+    )
+
+
+def runs_using_models(paths: Iterable[str], *, excluding_run_id: int | None = None) -> dict[str, list[Run]]:
+    """For each path, the runs whose config names it as a model (policy, reference, reward model, critic)."""
+    paths = list(paths)
+    condition = Q()
+    for field in MODEL_FIELDS:
+        condition |= Q(**{f"config__{field}__in": paths})
+    runs = Run.objects.filter(condition).exclude(pk=excluding_run_id).order_by("pk") if paths else []
+    using: dict[str, list[Run]] = {}
+    for run in runs:
+        for path in {run.config.get(field) for field in MODEL_FIELDS} & set(paths):
+            using.setdefault(path, []).append(run)
+    return using
+
+
+@dataclass
+class ResumePlan:
+    """What resuming `run` from `checkpoint` does to the run's later checkpoints."""
+
+    checkpoint: ModelRef
+    removed: list[ModelRef]
+    used_by: dict[str, list[Run]]
+
+    @property
+    def blocked(self) -> bool:
+        return bool(self.used_by)
+
+
+def resume_plan(*, run: Run, checkpoint: ModelRef) -> ResumePlan:
+    """The run's checkpoints after `checkpoint` (each with `size_bytes` and the runs in `used_by`)."""
+    later = [model for model in run_checkpoints_sized(run=run) if model.step > checkpoint.step]
+    used_by = runs_using_models([model.path for model in later], excluding_run_id=run.pk)
+    for model in later:
+        model.used_by = used_by.get(model.path, [])
+    return ResumePlan(checkpoint, later, used_by)
 
 
 def runs_list(*, status: str = "", kind: str = "", query: str = "") -> QuerySet[Run]:
@@ -125,6 +180,14 @@ def _last_rows_portable(runs: list[Run]) -> dict[int, MetricRow]:
 
 def run_checkpoints(*, run: Run) -> QuerySet[ModelRef]:
     return ModelRef.objects.filter(run=run).order_by("step")
+
+
+def run_checkpoints_sized(*, run: Run) -> list[ModelRef]:
+    """The run's checkpoints, each with `size_bytes` on disk."""
+    checkpoints = list(run_checkpoints(run=run))
+    for checkpoint in checkpoints:
+        checkpoint.size_bytes = directory_size(checkpoint.path)
+    return checkpoints
 
 
 def metric_series(

@@ -10,6 +10,7 @@ import json
 import logging
 import math
 import re
+import shutil
 import traceback
 import uuid
 from collections.abc import Iterable, Mapping
@@ -35,7 +36,8 @@ from trainer.config import (
     config_from_dict,
 )
 from trainer.sink import encode_json_value
-from webapp.experiments.models import MetricRow, ModelRef, Run, Sample
+from webapp.experiments import selectors
+from webapp.experiments.models import MODEL_FIELDS, MetricRow, ModelRef, Run, Sample
 from webapp.text import storable_text
 
 logger = logging.getLogger(__name__)
@@ -50,7 +52,6 @@ TRANSITIONS: dict[str, set[str]] = {
     Status.FAILED: {Status.QUEUED},
     Status.CANCELED: {Status.QUEUED},
 }
-MODEL_FIELDS = ("model", "reference_model", "reward_model", "critic_model")
 # Set by the service, never by a form: where the run writes, and which checkpoint it continues from.
 SERVICE_FIELDS = ("output_dir", "resume_from")
 ONLINE_KINDS = ("grpo", "ppo")
@@ -65,62 +66,185 @@ REQUIRED_UPLOAD_FIELDS = {
 DATA_SOURCE_TYPES = ("arithmetic", "project_pairs", "project_prompts", "upload")
 ARITHMETIC_EVAL_ROWS = 8
 TRACEBACK_LINES = 30
-HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
 # --- models -------------------------------------------------------------------------------------------
 
+# One pattern for hub ids, used wherever a model is named: "org/name", no ".." segment.
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+Architecture = ModelRef.Architecture
+# What each model field of a run loads; a model whose kind is unknown (a hub id) is accepted for both.
+FIELD_ARCHITECTURES: dict[str, tuple[str, ...]] = {
+    "model": (Architecture.CAUSAL_LM,),
+    "reference_model": (Architecture.CAUSAL_LM,),
+    "reward_model": (Architecture.CLASSIFIER,),
+    "critic_model": (Architecture.CLASSIFIER,),
+}
 
-def _inside_model_roots(path: Path) -> bool:
-    return any(path == root or root in path.parents for root in settings.MODEL_ROOTS)
+
+@dataclass(frozen=True)
+class ResolvedModel:
+    """What a model's text names: the path the trainer loads, what it is, and its registry row if it has one."""
+
+    path: str
+    source: str
+    architecture: str
+    registered: ModelRef | None = None
+
+
+def field_architectures(kind: str, field: str) -> tuple[str, ...]:
+    """The kinds of model a run's model field takes: a reward model may also continue from a classifier."""
+    if kind == "reward_model" and field == "model":
+        return (Architecture.CAUSAL_LM, Architecture.CLASSIFIER)
+    return FIELD_ARCHITECTURES[field]
+
+
+def _model_roots() -> list[Path]:
+    return [Path(root).resolve() for root in settings.MODEL_ROOTS]
+
+
+def _accepted_models() -> str:
+    roots = ", ".join(str(root) for root in _model_roots())
+    return (f"a registered model's name or path, a run's checkpoint directory, a directory under the model roots "
+            f"({roots}) or a hub id (org/name)")
+
+
+def architecture_of_directory(directory: Path) -> str:
+    """From config.json's "architectures" (save_pretrained writes e.g. LlamaForCausalLM)."""
+    try:
+        names = json.loads((directory / "config.json").read_text(encoding="utf-8")).get("architectures") or []
+    except (OSError, ValueError, AttributeError):
+        return Architecture.UNKNOWN
+    if any(str(name).endswith("ForCausalLM") for name in names):
+        return Architecture.CAUSAL_LM
+    if any(str(name).endswith("ForSequenceClassification") for name in names):
+        return Architecture.CLASSIFIER
+    return Architecture.UNKNOWN
+
+
+def architecture_of_run(kind: str) -> str:
+    return Architecture.CLASSIFIER if kind == Run.Kind.REWARD_MODEL else Architecture.CAUSAL_LM
+
+
+def _registered_named(name: str) -> ModelRef | None:
+    models = list(ModelRef.objects.filter(name=name)[:2])
+    if len(models) > 1:
+        paths = " and ".join(model.path for model in models)
+        raise ValidationError(f"several models are named {name!r} ({paths}); give the path instead")
+    return models[0] if models else None
+
+
+def _resolved_registered(model: ModelRef) -> ResolvedModel:
+    if model.source != ModelRef.Source.HUB and not (Path(model.path) / "config.json").is_file():
+        raise ValidationError(f"model {model.name!r} is gone from disk: {model.path}/config.json is missing")
+    return ResolvedModel(model.path, model.source, model.architecture, model)
+
+
+def _resolved_directory(directory: Path) -> ResolvedModel:
+    if directory.is_relative_to(Path(settings.RUNS_DIR).resolve()):
+        raise ValidationError(
+            f"{directory} is not a checkpoint in the registry (a run registers its checkpoints as it writes them); "
+            f"give {_accepted_models()}")
+    if not any(directory.is_relative_to(root) for root in _model_roots()):
+        raise ValidationError(f"{directory} is outside the allowed model roots; refused. Give {_accepted_models()}")
+    if not (directory / "config.json").is_file():
+        raise ValidationError(f"{directory} holds no model: config.json is missing")
+    return ResolvedModel(str(directory), ModelRef.Source.LOCAL, architecture_of_directory(directory))
+
+
+def model_resolve(text: str) -> ResolvedModel:
+    """The one way a model is named (registration, the launch form's model fields, sampling). Writes nothing.
+
+    Accepted, in this order: a registered ModelRef by path or name (base models and the checkpoints runs
+    wrote), a directory under PREFLAB_MODEL_ROOTS holding config.json, a hub id org/name. Paths are resolved
+    first, so a `..` cannot leave a root; anything else raises ValidationError saying what was given and what
+    is accepted."""
+    value = text.strip()
+    if not value:
+        raise ValidationError(f"no model given; give {_accepted_models()}")
+    local = value.startswith(("/", ".", "~")) or Path(value).expanduser().exists()
+    key = str(Path(value).expanduser().resolve()) if local else value
+    registered = ModelRef.objects.filter(path=key).first() or _registered_named(value)
+    if registered is not None:
+        return _resolved_registered(registered)
+    if local:
+        return _resolved_directory(Path(key))
+    if HUB_ID.fullmatch(value) and ".." not in value.split("/"):
+        return ResolvedModel(value, ModelRef.Source.HUB, Architecture.UNKNOWN)
+    raise ValidationError(f"{value!r} is not a known model; give {_accepted_models()}")
+
+
+def _free_name(preferred: str, path: str) -> str:
+    return path if ModelRef.objects.filter(name=preferred).exclude(path=path).exists() else preferred
 
 
 def model_register(*, path: str, name: str = "") -> ModelRef:
-    """Register a base model: a directory under PREFLAB_MODEL_ROOTS (with config.json) or a hub id."""
-    text = path.strip()
-    if not text:
-        raise ValidationError({"path": "give a directory under a model root or a hub id (org/name)"})
-    if HUB_ID.fullmatch(text) and not text.startswith((".", "/")) and not Path(text).exists():
-        model, _ = ModelRef.objects.get_or_create(
-            path=text, defaults={"name": name or text, "source": ModelRef.Source.HUB}
-        )
-        return model
-    directory = Path(text).expanduser().resolve()
-    if not _inside_model_roots(directory):
-        roots = ", ".join(str(root) for root in settings.MODEL_ROOTS)
-        raise ValidationError({"path": f"{directory} is outside the model roots ({roots}); refused"})
-    if not (directory / "config.json").is_file():
-        raise ValidationError({"path": f"{directory} holds no model: config.json is missing"})
+    """Register a model named as `model_resolve` accepts; registering a registered one returns its row."""
+    try:
+        resolved = model_resolve(path)
+    except ValidationError as error:
+        raise ValidationError({"path": error.messages}) from None
+    if resolved.registered is not None:
+        return resolved.registered
+    name = name.strip()
+    if name and ModelRef.objects.filter(name=name).exists():
+        raise ValidationError({"name": f"the name {name!r} is taken by another model; choose another"})
+    default_name = resolved.path if resolved.source == ModelRef.Source.HUB else Path(resolved.path).name
     model, _ = ModelRef.objects.get_or_create(
-        path=str(directory), defaults={"name": name or directory.name, "source": ModelRef.Source.LOCAL}
+        path=resolved.path,
+        defaults={"name": name or _free_name(default_name, resolved.path), "source": resolved.source,
+                  "architecture": resolved.architecture},
     )
     return model
 
 
 def model_register_checkpoint(*, run_id: int, step: int, path: str) -> ModelRef:
+    """A run wrote a checkpoint: it becomes a model; the run's earlier checkpoints lost their optimizer state
+    (the trainer keeps it only in the newest, see trainer.loop.after_checkpoint)."""
     run = Run.objects.get(pk=run_id)
     model, _ = ModelRef.objects.update_or_create(
         path=str(Path(path).resolve()),
         defaults={"name": f"run {run.pk} {run.name} · step {step}", "source": ModelRef.Source.CHECKPOINT,
-                  "run": run, "step": step},
+                  "run": run, "step": step, "architecture": architecture_of_run(run.kind),
+                  "has_optimizer_state": True},
     )
+    ModelRef.objects.filter(run=run).exclude(pk=model.pk).update(has_optimizer_state=False)
     Run.objects.filter(pk=run_id).update(checkpoint_path=model.path)
     return model
 
 
-def _check_model_fields(config: Mapping[str, Any]) -> None:
-    """Every model a run loads must be registered (checkpoints, base models in the roots, hub ids)."""
-    for name in MODEL_FIELDS:
-        value = config.get(name)
+def model_checkpoint_release(*, run_id: int, path: str) -> bool:
+    """The trainer asks to delete an old checkpoint of `run_id` (keep_last): its model row is deleted and True
+    returned, unless another run uses it as a model, then nothing changes and False is returned."""
+    resolved = str(Path(path).resolve())
+    if selectors.runs_using_models([resolved], excluding_run_id=run_id):
+        return False
+    ModelRef.objects.filter(run_id=run_id, path=resolved).delete()
+    return True
+
+
+def _resolved_model_fields(kind: str, config: Mapping[str, Any]) -> dict[str, str]:
+    """Each model field the config names, resolved to the path the trainer loads (registered if it was not)."""
+    resolved_fields = {}
+    for field in MODEL_FIELDS:
+        value = config.get(field)
         if value in (None, ""):
             continue
         if not isinstance(value, str):
-            raise ValidationError({name: f"expected a model path, got {value!r}"})
-        if not ModelRef.objects.filter(path=value).exists():
-            try:
-                model_register(path=value)
-            except ValidationError as error:
-                raise ValidationError({name: error.message_dict["path"]}) from None
+            raise ValidationError({field: f"expected a model name or path, got {value!r}"})
+        try:
+            resolved = model_resolve(value)
+        except ValidationError as error:
+            raise ValidationError({field: error.messages}) from None
+        wanted = field_architectures(kind, field)
+        if resolved.architecture != Architecture.UNKNOWN and resolved.architecture not in wanted:
+            takes = " or ".join(Architecture(architecture).label for architecture in wanted)
+            raise ValidationError({field: f"{value!r} is a {Architecture(resolved.architecture).label}; "
+                                          f"{field} takes a {takes}"})
+        if resolved.registered is None:
+            model_register(path=resolved.path)
+        resolved_fields[field] = resolved.path
+    return resolved_fields
 
 
 # --- data sources ---------------------------------------------------------------------------------------
@@ -220,13 +344,13 @@ def _validated_config(kind: str, config: Mapping[str, Any], output_dir: str) -> 
         known = ", ".join(name for name in CONFIG_CLASSES if name in TRAIN_MODULES)
         raise ValidationError({"kind": f"unknown run kind {kind!r}; choose one of {known}"})
     values = {key: value for key, value in config.items() if key not in SERVICE_FIELDS}
+    values.update(_resolved_model_fields(kind, values))
     try:
         validated = config_from_dict(kind, {**values, "output_dir": output_dir})
     except ConfigError as error:
         raise ValidationError({error.field: error.message}) from None
     except TypeError as error:
         raise ValidationError({"config": str(error)}) from None
-    _check_model_fields(values)
     return config_to_dict(validated)
 
 
@@ -305,15 +429,32 @@ def runs_fail_stale(*, now: datetime | None = None) -> list[int]:
 
 
 @transaction.atomic
-def run_resume(*, run_id: int, checkpoint_id: int) -> Run:
-    """Continue a finished run from one of its checkpoints: later rows are rewound, the step axis continues."""
+def run_resume(*, run_id: int, checkpoint_id: int, remove_later: bool = False) -> Run:
+    """Continue a finished run from one of its checkpoints: later rows are rewound, the step axis continues.
+
+    The run's checkpoints after the chosen one belong to the abandoned branch: they are removed (rows and
+    directories) only when `remove_later` confirms it, and never while another run uses one as a model."""
     run = Run.objects.select_for_update().get(pk=run_id)
     checkpoint = ModelRef.objects.filter(pk=checkpoint_id, run=run).first()
     if checkpoint is None or checkpoint.step is None:
         raise ValidationError({"checkpoint": f"checkpoint {checkpoint_id} does not belong to run {run_id}"})
     if run.is_active:
         raise ValidationError({"status": f"run {run_id} is {run.status}; only a finished run can be resumed"})
-    _rewind(run, checkpoint.step)
+    plan = selectors.resume_plan(run=run, checkpoint=checkpoint)
+    if plan.blocked:
+        users = "; ".join(
+            f"step {model.step} is a model of " + ", ".join(f"run #{user.pk} {user.name}" for user in plan.used_by[model.path])
+            for model in plan.removed if model.path in plan.used_by
+        )
+        raise ValidationError({"checkpoint": ValidationError(
+            f"resuming from step {checkpoint.step} would remove later checkpoints that other runs use ({users}); "
+            f"fork the run from step {checkpoint.step} instead", code="in_use")})
+    if plan.removed and not remove_later:
+        steps = ", ".join(f"step {model.step}" for model in plan.removed)
+        raise ValidationError({"checkpoint": ValidationError(
+            f"resuming from step {checkpoint.step} removes the later checkpoints {steps}; confirm to remove them",
+            code="confirm")})
+    _rewind(run, checkpoint.step, plan.removed)
     run.config = {**run.config, "resume_from": checkpoint.path}
     run.save(update_fields=["config"])
     _transition(
@@ -326,10 +467,22 @@ def run_resume(*, run_id: int, checkpoint_id: int) -> Run:
     return run
 
 
-def _rewind(run: Run, step: int) -> None:
+def _rewind(run: Run, step: int, later_checkpoints: list[ModelRef]) -> None:
     MetricRow.objects.filter(run=run, step__gt=step).delete()
     Sample.objects.filter(run=run, step__gt=step).delete()
-    ModelRef.objects.filter(run=run, step__gt=step).delete()
+    ModelRef.objects.filter(pk__in=[model.pk for model in later_checkpoints]).delete()
+    directories = [Path(model.path) for model in later_checkpoints]
+    # Disk follows the rows only once they are gone for good.
+    transaction.on_commit(lambda: _remove_run_directories(directories))
+
+
+def _remove_run_directories(directories: list[Path]) -> None:
+    runs_dir = Path(settings.RUNS_DIR).resolve()
+    for directory in directories:
+        if directory.resolve().is_relative_to(runs_dir):
+            shutil.rmtree(directory, ignore_errors=True)
+        else:
+            logger.warning("not removing %s: it is outside the runs directory %s", directory, runs_dir)
 
 
 def _train_function(kind: str):

@@ -65,6 +65,9 @@ class DatabaseSink:
         self.flush()
         services.model_register_checkpoint(run_id=self.run_id, step=step, path=path)
 
+    def checkpoint_removed(self, step: int, path: str) -> bool:
+        return services.model_checkpoint_release(run_id=self.run_id, path=path)
+
     def flush(self) -> None:
         with self._lock:
             rows, self._rows = self._rows, []

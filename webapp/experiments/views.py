@@ -112,11 +112,21 @@ def _launch(request: HttpRequest, form: LaunchForm, parent: Run | None) -> Run |
         return None
 
 
-def _run_context(run: Run, step: int | None = None) -> dict:
+def _resume_plan(run: Run, checkpoint_id: str) -> selectors.ResumePlan | None:
+    """The confirmation the run page shows after a resume that would remove later checkpoints."""
+    checkpoint = ModelRef.objects.filter(run=run, pk=checkpoint_id).first() if checkpoint_id.isdigit() else None
+    if checkpoint is None or run.is_active:
+        return None
+    plan = selectors.resume_plan(run=run, checkpoint=checkpoint)
+    return plan if plan.removed else None
+
+
+def _run_context(run: Run, step: int | None = None, resume: str = "") -> dict:
     steps, chosen, samples = selectors.samples_at(run=run, step=step)
     return {
         "run": run,
-        "checkpoints": selectors.run_checkpoints(run=run),
+        "checkpoints": selectors.run_checkpoints_sized(run=run),
+        "resume_plan": _resume_plan(run, resume),
         "sample_steps": steps,
         "sample_steps_json": json.dumps(steps),
         "sample_index": steps.index(chosen) if steps else 0,
@@ -131,7 +141,7 @@ def _run_context(run: Run, step: int | None = None) -> dict:
 def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     services.runs_fail_stale()
     run = get_object_or_404(Run.objects.select_related("created_by", "parent"), pk=run_id)
-    context = {**_run_context(run), "chart_runs_json": _chart_runs([run]),
+    context = {**_run_context(run, resume=request.GET.get("resume", "")), "chart_runs_json": _chart_runs([run]),
                "config_items": sorted(run.config.items())}
     return render(request, "experiments/run_detail.html", context)
 
@@ -191,10 +201,15 @@ def run_resume(request: HttpRequest, run_id: int) -> HttpResponse:
     checkpoint = request.POST.get("checkpoint", "")
     try:
         with transaction.atomic():
-            services.run_resume(run_id=run.pk, checkpoint_id=int(checkpoint) if checkpoint.isdigit() else 0)
+            services.run_resume(run_id=run.pk, checkpoint_id=int(checkpoint) if checkpoint.isdigit() else 0,
+                                remove_later=request.POST.get("remove_later") == "yes")
         messages.success(request, f"Run #{run.pk} queued to resume.")
     except ValidationError as error:
-        messages.error(request, "; ".join(error.messages))
+        needs_answer = any(item.code == "confirm" for item in getattr(error, "error_dict", {}).get("checkpoint", []))
+        if not needs_answer:
+            messages.error(request, "; ".join(error.messages))
+        # the page lists what resuming would remove and asks (or says which run keeps it)
+        return redirect(f"{reverse('experiments:run_detail', args=[run.pk])}?resume={checkpoint}#resume")
     return redirect("experiments:run_detail", run_id=run.pk)
 
 

@@ -77,5 +77,5 @@ def test_model_paths_outside_the_model_roots_are_refused(researcher_client, sett
     }, HTTP_HX_REQUEST="true")
     assert "outside the allowed model roots" in response.content.decode()
     assert services.model_path_check("org/model-name") == "org/model-name"
-    with pytest.raises(services.AnnotationError, match="neither a hub id"):
+    with pytest.raises(services.AnnotationError, match="is not a known model; give a registered model"):
         services.model_path_check("not a model!")

@@ -17,9 +17,9 @@ def test_a_path_outside_the_model_roots_is_refused(settings, tmp_path):
     outside = tmp_path / "elsewhere"
     outside.mkdir()
     (outside / "config.json").write_text("{}")
-    with pytest.raises(ValidationError, match="outside the model roots"):
+    with pytest.raises(ValidationError, match="outside the allowed model roots"):
         model_register(path=str(outside))
-    with pytest.raises(ValidationError, match="outside the model roots"):
+    with pytest.raises(ValidationError, match="outside the allowed model roots"):
         model_register(path=str(tmp_path / "models" / ".." / "elsewhere"))
 
 
@@ -38,4 +38,4 @@ def test_models_page_lists_and_refuses_outside_paths(researcher_client, tiny_mod
     page = researcher_client.get("/models/").content.decode()
     assert "tiny arithmetic" in page
     response = researcher_client.post("/models/", {"path": "/etc"})
-    assert "outside the model roots" in response.content.decode()
+    assert "outside the allowed model roots" in response.content.decode()

@@ -43,7 +43,7 @@ def test_bad_config_names_the_field(tiny_model, researcher, queued):
     with pytest.raises(ValidationError) as error:
         services.run_create(kind="reward_model", config={**small_config(tiny_model), "model": "/etc"},
                             data_source=ARITHMETIC, created_by=researcher)
-    assert "outside the model roots" in error.value.message_dict["model"][0]
+    assert "outside the allowed model roots" in error.value.message_dict["model"][0]
     assert not Run.objects.exists()
 
 
@@ -133,7 +133,7 @@ def test_resume_rewinds_rows_after_the_checkpoint_and_requeues(tiny_model, resea
     Run.objects.filter(pk=run.pk).update(status=Run.Status.FAILED, error="worker died")
     checkpoint = ModelRef.objects.get(run=run, step=2)
     with django_capture_on_commit_callbacks(execute=True):
-        resumed = services.run_resume(run_id=run.pk, checkpoint_id=checkpoint.pk)
+        resumed = services.run_resume(run_id=run.pk, checkpoint_id=checkpoint.pk, remove_later=True)
     assert resumed.status == Run.Status.QUEUED and resumed.error == ""
     assert resumed.config["resume_from"] == checkpoint.path
     assert list(MetricRow.objects.filter(run=run).values_list("step", flat=True)) == [1, 2]
