@@ -73,7 +73,9 @@ class BaseConfig:
     max_grad_norm: float = _option(1.0, "Clip the global gradient norm to this; 0 turns clipping off.", "optimisation")
 
     max_length: int = _option(512, "Longest prompt + completion in tokens; longer completions are cut.", "data")
-    max_prompt_length: int = _option(256, "Longest prompt in tokens; a longer prompt is a data error.", "data")
+    max_prompt_length: int | None = _option(
+        None, "Longest prompt in tokens; a longer prompt is a data error. Empty: half of max_length.", "data"
+    )
 
     log_every: int = _option(1, "Log metrics every N steps.", "logging")
     sample_every: int = _option(0, "Record model samples every N steps (0: never).", "logging")
@@ -96,6 +98,14 @@ class BaseConfig:
     debug_nan_at_step: int | None = _option(
         None, "Force the loss to NaN at this step (tests the divergence path).", "advanced", test_only=True
     )
+
+    def __post_init__(self) -> None:
+        # limits left empty follow the ones they depend on, so changing max_length alone stays valid
+        if self.max_prompt_length is None and _is_int(self.max_length):
+            self.max_prompt_length = self.derived_max_prompt_length()
+
+    def derived_max_prompt_length(self) -> int:
+        return self.max_length // 2
 
     def validate(self) -> None:
         """Raise ConfigError naming the first wrong field."""
@@ -243,6 +253,10 @@ def _non_negative(config: BaseConfig, *names: str) -> None:
             raise ConfigError(name, f"must be >= 0, got {value}")
 
 
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _check_types(config: BaseConfig) -> None:
     hints = typing.get_type_hints(type(config))
     for f in dataclasses.fields(config):
@@ -272,7 +286,7 @@ def _matches(value: Any, expected: Any) -> bool:
         # JSON writes 1.0 as 1, so ints are fine where floats are expected (bools are not numbers here)
         return isinstance(value, int | float) and not isinstance(value, bool)
     if expected is int:
-        return isinstance(value, int) and not isinstance(value, bool)
+        return _is_int(value)
     return isinstance(value, expected)
 
 
@@ -305,6 +319,9 @@ class OnlineConfig(BaseConfig):
     lr: float = _option(1e-6, "Peak learning rate (AdamW); 1e-6 in DeepSeekMath and DAPO.", "optimisation")
     batch_size: int = _option(8, "Prompts per step (each is sampled, then scored).", "optimisation")
     max_new_tokens: int = _option(256, "Longest completion in tokens; longer ones are cut (truncated).", "data")
+    max_prompt_length: int | None = _option(
+        None, "Longest prompt in tokens; a longer prompt is a data error. Empty: max_length - max_new_tokens.", "data"
+    )
     temperature: float = _option(1.0, "Sampling temperature; log-probs are taken at the same temperature.", "data")
     top_p: float = _option(1.0, "Nucleus sampling: keep the most likely tokens up to this mass (1: off).", "data")
     top_k: int = _option(0, "Sample among the k most likely tokens only (0: off).", "data")
@@ -316,8 +333,11 @@ class OnlineConfig(BaseConfig):
     )
     reward_model: str | None = _option(None, "A trained reward model whose score is added to the rewards.", "model")
     reward_model_weight: float = _option(1.0, "Weight of the reward model's score in the total reward.", "optimisation")
-    overlong_buffer: int = _option(
-        64, "L_cache of the soft_overlong reward: the penalty ramps from max_new_tokens - this to max_new_tokens.", "data"
+    overlong_buffer: int | None = _option(
+        None,
+        "L_cache of the soft_overlong reward: the penalty ramps from max_new_tokens - this to max_new_tokens. "
+        "Empty: a quarter of max_new_tokens.",
+        "data",
     )
     # the step's own completions: recording them costs no generation, so it is on by default
     sample_every: int = _option(
@@ -337,9 +357,22 @@ class OnlineConfig(BaseConfig):
         "logging",
     )
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.overlong_buffer is None and _is_int(self.max_new_tokens):
+            self.overlong_buffer = max(1, self.max_new_tokens // 4)
+
+    def derived_max_prompt_length(self) -> int:
+        return self.max_length - self.max_new_tokens if _is_int(self.max_new_tokens) else self.max_length // 2
+
     def validate(self) -> None:
         from trainer.rewards import check_reward_weights
 
+        _check_types(self)
+        if self.max_new_tokens >= self.max_length:
+            raise ConfigError(
+                "max_new_tokens", f"must be smaller than max_length={self.max_length} (leave room for the prompt)"
+            )
         super().validate()
         _positive(self, "max_new_tokens", "samples_per_log")
         _non_negative(self, "temperature", "top_k", "alert_kl_above", "alert_entropy_below")

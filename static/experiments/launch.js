@@ -24,8 +24,27 @@
     for (const name of loraFields) setShown(name, !lora || lora.checked);
   }
 
+  // Limits left empty follow others (trainer/config.py, derived_max_prompt_length and overlong_buffer): the
+  // placeholder shows what the trainer will use, as the limits they follow are typed.
+  const number = (name) => Number.parseInt(form.elements[name]?.value, 10);
+  const derived = {
+    max_prompt_length: () => (form.elements.max_new_tokens
+      ? number("max_length") - number("max_new_tokens") : Math.floor(number("max_length") / 2)),
+    overlong_buffer: () => Math.max(1, Math.floor(number("max_new_tokens") / 4)),
+  };
+
+  function showDerived() {
+    for (const [name, value] of Object.entries(derived)) {
+      const input = form.elements[name];
+      const shown = value();
+      if (input) input.placeholder = Number.isFinite(shown) ? `${shown} when empty` : "";
+    }
+  }
+
   form.addEventListener("change", (event) => {
     if (["data_source", "use_lora"].includes(event.target.name)) update();
   });
+  form.addEventListener("input", showDerived);
   update();
+  showDerived();
 })();
