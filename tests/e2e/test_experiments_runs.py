@@ -39,6 +39,8 @@ def _launch_and_watch(page, live_server, kind: str, values: dict[str, str], *, m
         page.click(f"nav.presets a:text-is('{preset}')")
         page.wait_for_url(f"**/runs/new?kind={kind}&preset={preset}")
     _fill(page, values)
+    assert page.input_value("[name=model]") == ""  # nothing is chosen for the researcher
+    page.select_option("[name=model]", label="tiny arithmetic (local directory, causal LM)")
     page.click("button[type=submit].primary")
     page.wait_for_url(f"{live_server.url}/runs/*/")
     run = Run.objects.order_by("-pk").first()

@@ -1,11 +1,13 @@
 """Helpers shared by the experiments tests (also imported by tests/e2e/test_experiments_*.py)."""
 
+import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from django.conf import settings
 
+from webapp.experiments import services
 from webapp.experiments.models import ModelRef, Run
 from webapp.experiments.services import model_register
 
@@ -38,3 +40,21 @@ def wait_for(predicate: Callable[[], bool], *, timeout_s: float, what: str, poll
 
 def run_status(run_id: int) -> str:
     return Run.objects.values_list("status", flat=True).get(pk=run_id)
+
+
+def finished_run_with_checkpoints(model: ModelRef, model_dir: Path, created_by, steps=(2, 4, 6)) -> Run:
+    """A failed SFT run (queue it nowhere: patch run_training.delay first) with a checkpoint directory per step
+    under settings.RUNS_DIR, registered as its sink would, and a metric row per step up to the last."""
+    run = services.run_create(kind="sft", config=small_config(model), data_source=ARITHMETIC,
+                              created_by=created_by, name="to resume")
+    for step in steps:
+        directory = Path(run.config["output_dir"]) / "checkpoints" / f"step-{step}"
+        directory.mkdir(parents=True)
+        (directory / "model.safetensors").write_bytes(b"w" * 1000 * step)
+        shutil.copy(Path(model_dir) / "config.json", directory / "config.json")
+        services.model_register_checkpoint(run_id=run.pk, step=step, path=str(directory))
+    services.metric_rows_write(run_id=run.pk, rows=[
+        {"step": step, "wall_time": 0.0, "tokens_seen": step, "metrics": {"loss": 1.0}}
+        for step in range(1, max(steps) + 1)])
+    Run.objects.filter(pk=run.pk).update(status=Run.Status.FAILED)
+    return run
