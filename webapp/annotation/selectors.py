@@ -190,17 +190,23 @@ def blank_response_ids(*, prompt_id: int) -> set[int]:
 class ProjectData:
     """What a project holds beyond progress: pairs by origin and the empty responses left out of pairs."""
 
+    items: int
+    awaiting_responses: int
     imported_pairs: int
     ranking_pairs: int
     empty_responses: int
 
 
 def project_data(project: Project) -> ProjectData:
+    items = Prompt.objects.filter(project=project, annotatable=True).aggregate(
+        total=Count("pk"), awaiting=Count("pk", filter=Q(response_count__lt=2))
+    )
     pairs = PreferencePair.objects.filter(project=project).aggregate(
         imported=Count("pk", filter=Q(ranking__isnull=True)), ranked=Count("pk", filter=Q(ranking__isnull=False))
     )
     empty = Response.objects.filter(prompt__project=project, text__regex=BLANK_TEXT_REGEX).count()
-    return ProjectData(imported_pairs=pairs["imported"], ranking_pairs=pairs["ranked"], empty_responses=empty)
+    return ProjectData(items=items["total"], awaiting_responses=items["awaiting"], imported_pairs=pairs["imported"],
+                       ranking_pairs=pairs["ranked"], empty_responses=empty)
 
 
 def sampling_jobs(project: Project) -> QuerySet[SamplingJob]:
