@@ -47,4 +47,20 @@
   form.addEventListener("input", showDerived);
   update();
   showDerived();
+
+  // A refused launch: the summary of errors is read first, and each of its links opens the field's section and
+  // puts the cursor in the field.
+  const summary = document.getElementById("launch-errors");
+  summary?.focus();
+  summary?.addEventListener("click", (event) => {
+    const link = event.target.closest("a[href^='#']");
+    const field = link && document.getElementById(link.hash.slice(1));
+    if (!field) return;
+    event.preventDefault();
+    const section = field.closest("details");
+    if (section) section.open = true;
+    field.closest(".field").hidden = false;
+    field.focus();
+    field.scrollIntoView({ block: "center" });
+  });
 })();

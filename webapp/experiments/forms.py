@@ -27,6 +27,9 @@ DATA_SOURCE_CHOICES = [
 GROUP_ORDER = ("model", "optimisation", "data", "logging", "advanced")
 # the "data" group holds sequence lengths and sampling settings; the data source has its own card
 GROUP_TITLES = {"data": "Sequences and sampling"}
+OPEN_GROUPS = ("model", "optimisation")
+# the fields above the config groups, in the order the page shows them
+SOURCE_FIELDS = ("name", "data_source", "level", "size", "project", "upload")
 
 
 def _projects() -> list[tuple[int, str, int, int]]:
@@ -131,12 +134,28 @@ class LaunchForm(forms.Form):
                 self.fields[field_name] = forms.FloatField(required=False, help_text=help_text, label=reward_name)
                 self.initial.setdefault(field_name, weights.get(reward_name))
 
-    def grouped_config_fields(self) -> list[tuple[str, str, list[forms.BoundField]]]:
-        """(group, its title, its fields) in GROUP_ORDER."""
-        return [
-            (group, GROUP_TITLES.get(group, group.capitalize()), [self[name] for name in self.config_groups[group]])
-            for group in GROUP_ORDER if group in self.config_groups
-        ]
+    def grouped_config_fields(self) -> list[tuple[str, str, list[forms.BoundField], bool]]:
+        """(group, its title, its fields, whether it is shown open) in GROUP_ORDER: the model and optimisation
+        groups are open, and so is any group holding an error."""
+        grouped = []
+        for group in GROUP_ORDER:
+            if group not in self.config_groups:
+                continue
+            fields = [self[name] for name in self.config_groups[group]]
+            shown_open = group in OPEN_GROUPS or any(field.errors for field in fields)
+            grouped.append((group, GROUP_TITLES.get(group, group.capitalize()), fields, shown_open))
+        return grouped
+
+    def error_summary(self) -> list[tuple[str, str, str]]:
+        """(the field's element id, its label, the message) of every error in the order the page shows the
+        fields; errors of no field come first with an empty id."""
+        shown_order = [*SOURCE_FIELDS, *(field.name for field in self.reward_fields()),
+                       *(name for group in GROUP_ORDER for name in self.config_groups.get(group, []))]
+        summary = [("", "", message) for message in self.non_field_errors()]
+        for name in shown_order:
+            bound = self[name]
+            summary.extend((bound.id_for_label, str(bound.label), message) for message in bound.errors)
+        return summary
 
     def reward_fields(self) -> list[forms.BoundField]:
         return [self[name] for name in self.fields if name.startswith(REWARD_PREFIX)]

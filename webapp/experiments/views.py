@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.core.exceptions import ValidationError
@@ -11,6 +12,7 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
+from django_htmx.http import replace_url
 
 from trainer.config import ConfigError
 from webapp.accounts.roles import researcher_required
@@ -41,13 +43,23 @@ def _chart_runs(runs: list[Run]) -> str:
     ])
 
 
+RUN_FILTERS = ("status", "kind", "query")
+
+
+def _run_rows_context(request: HttpRequest) -> dict:
+    filters = {key: request.GET.get(key, "").strip() for key in RUN_FILTERS}
+    return {
+        "summaries": selectors.run_summaries(selectors.runs_list(**filters)[:200]),
+        "filters": filters,
+        "filtered": any(filters.values()),
+    }
+
+
 @researcher_required
 def run_list(request: HttpRequest) -> HttpResponse:
     services.runs_fail_stale()
-    filters = {key: request.GET.get(key, "") for key in ("status", "kind", "query")}
     context = {
-        "summaries": selectors.run_summaries(selectors.runs_list(**filters)[:200]),
-        "filters": filters,
+        **_run_rows_context(request),
         "statuses": Run.Status.choices,
         "kinds": [(kind, kind) for kind in selectors.launchable_kinds()],
     }
@@ -56,11 +68,15 @@ def run_list(request: HttpRequest) -> HttpResponse:
 
 @researcher_required
 def run_list_rows(request: HttpRequest) -> HttpResponse:
-    """The run table alone, polled by htmx so statuses, progress and alerts stay current."""
+    """The run table alone, polled by htmx (with the filter form's values) so statuses, progress and alerts stay
+    current; a change of filters also puts them in the address bar, so a reload keeps them."""
     services.runs_fail_stale()
-    filters = {key: request.GET.get(key, "") for key in ("status", "kind", "query")}
-    context = {"summaries": selectors.run_summaries(selectors.runs_list(**filters)[:200])}
-    return render(request, "experiments/run_list.html#rows", context)
+    context = _run_rows_context(request)
+    response = render(request, "experiments/run_list.html#rows", context)
+    if request.htmx and request.htmx.trigger == "run-filters":
+        chosen = urlencode({key: value for key, value in context["filters"].items() if value})
+        replace_url(response, reverse("experiments:runs") + (f"?{chosen}" if chosen else ""))
+    return response
 
 
 @researcher_required
