@@ -526,7 +526,8 @@ def run_training_started(*, run_id: int, total_steps: int, start_step: int) -> N
     """The loop starts (or resumes at start_step): rows after it belong to an abandoned branch."""
     with transaction.atomic():
         run = Run.objects.select_for_update().get(pk=run_id)
-        _rewind(run, start_step)
+        # A run restarted by its worker rewrites the same steps: its checkpoints after start_step are overwritten.
+        _rewind(run, start_step, list(ModelRef.objects.filter(run=run, step__gt=start_step)))
         Run.objects.filter(pk=run_id).update(
             total_steps=total_steps, current_step=start_step, heartbeat_at=timezone.now()
         )
