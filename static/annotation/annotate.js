@@ -98,15 +98,20 @@
     card.focus();
   }
 
-  function submitRanking() {
+  // True when the ranking may be sent; otherwise says what is missing and focuses it.
+  function rankingReady() {
     const allBad = $("#all-bad", item)?.checked;
     const missing = cards().filter((card) => !$(".rank-input", card).value);
     if (missing.length && !allBad) {
       showError(`Rank every response first (${missing.map((card) => card.dataset.letter).join(", ")} not ranked), or mark all bad.`);
       missing[0].focus();
-      return;
+      return false;
     }
-    send();
+    return true;
+  }
+
+  function submitRanking() {
+    if (rankingReady()) send();
   }
 
   function choose(choice) {
@@ -120,9 +125,13 @@
   function send() {
     const target = form();
     if (!target || target.dataset.sent) return; // one submit per item, however often Enter is pressed
+    stamp(target);
+    target.requestSubmit();
+  }
+
+  function stamp(target) {
     target.dataset.sent = "1";
     target.elements.seconds.value = ((performance.now() - startedAt) / 1000).toFixed(1);
-    target.requestSubmit();
   }
 
   function toggleAllBad() {
@@ -247,10 +256,13 @@
     $$(".diff-pick", item).forEach((button) => button.addEventListener("click", () => pickForDiff(button.closest(".response"))));
     $$(".choice", item).forEach((button) => button.addEventListener("click", () => choose(button.dataset.choice)));
     $("#undo-button", item)?.addEventListener("click", undo);
-    // A click on Submit goes through the same checks as Enter before htmx sends anything. Skip's own
+    // A click on Submit goes through the same checks as Enter before htmx sends anything, and is let through
+    // (a second submit started from inside this submit would be ignored by the browser). Skip's own
     // htmx:confirm bubbles up to this form too: it must pass untouched, or Skip would submit the ranks.
     if (mode() === "ranking") form()?.addEventListener("htmx:confirm", (event) => {
-      if (event.target === form() && !form().dataset.sent) { event.preventDefault(); submitRanking(); }
+      if (event.target !== form() || form().dataset.sent) return;
+      if (rankingReady()) stamp(form());
+      else event.preventDefault();
     });
     cards()[0]?.focus();
   }
