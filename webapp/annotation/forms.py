@@ -19,7 +19,13 @@ class ProjectForm(forms.ModelForm):
     class Meta:
         model = Project
         fields = ["name", "mode", "guidelines", "responses_per_item", "annotators_per_item", "lease_minutes", "members"]
-        widgets = {"guidelines": forms.Textarea(attrs={"rows": 6, "placeholder": "Markdown"})}
+        widgets = {
+            "guidelines": forms.Textarea(attrs={"rows": 6, "placeholder": "Markdown"}),
+            # the browser refuses these before sending; the clean_ methods below say it when it does not
+            "responses_per_item": forms.NumberInput(attrs={"min": 2}),
+            "annotators_per_item": forms.NumberInput(attrs={"min": 1}),
+            "lease_minutes": forms.NumberInput(attrs={"min": 1}),
+        }
 
     # The database's check constraints would say 'Constraint "…" is violated': say it in words first.
     def clean_responses_per_item(self) -> int:
