@@ -243,6 +243,7 @@
 
   function setUp(root) {
     item = root;
+    item.dataset.ready = "1"; // htmx has processed it: its controls work (tests wait for this too)
     startedAt = performance.now();
     undoStack = [];
     picked = [];
@@ -273,7 +274,8 @@
   }
 
   function onKey(event) {
-    if (!item || event.ctrlKey || event.metaKey || event.altKey) return;
+    // A key pressed between a swap and htmx processing the new item would act on the old, detached one.
+    if (!item || !item.isConnected || event.ctrlKey || event.metaKey || event.altKey) return;
     const typing = event.target.closest?.("textarea, input:not([type=checkbox]):not(.rank-input)");
     if (typing) {
       if (event.key === "Escape") { event.target.blur(); cards()[0]?.focus(); }
@@ -305,7 +307,7 @@
         case "s": $("#skip-button", item)?.click(); return true;
         case "u": undo(); return true;
         case "x": toggleAllBad(); return true;
-        case "backspace": $("#back-button", item)?.click(); return true;
+        case "backspace": document.getElementById("back-button")?.click(); return true;
         case "d": pickForDiff(card || cards()[0]); return true;
         case "c": toggleCollapse(card); return true;
         case "l": toggleLayout(); return true;
