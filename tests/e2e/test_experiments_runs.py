@@ -77,7 +77,7 @@ def test_reward_model_run_launched_from_the_form_is_watched_live_and_its_checkpo
     page.goto(f"{live_server.url}/models/")
     checkpoint = ModelRef.objects.get(run=run, step=800)
     cells = page.locator(f"tr[data-model='{checkpoint.pk}'] td").all_inner_texts()
-    assert cells[1:] == ["checkpoint", checkpoint.path, f"#{run.pk}", "800"]
+    assert cells[1:] == ["checkpoint", "sequence classifier", checkpoint.path, f"#{run.pk}", "800"]
 
 
 @pytest.mark.skipif("grpo" not in selectors.launchable_kinds(), reason="trainer/cli.py has no GRPO loop registered yet")

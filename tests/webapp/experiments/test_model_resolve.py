@@ -125,3 +125,17 @@ def test_what_a_model_is_comes_from_config_json_or_the_runs_kind(
     with pytest.raises(annotation_services.AnnotationError, match="sampling needs a causal LM"):
         annotation_services.sampling_job_create(project=project, model_path=rm_checkpoint.name,
                                                 generation_settings=SAMPLING, created_by=researcher)
+
+
+def test_the_models_page_registers_a_checkpoint_and_refuses_an_escape(
+    tiny_model, tiny_model_dir, researcher, researcher_client, runs_dir, queued, settings
+):
+    checkpoint = _checkpoint(_run(tiny_model, researcher), 8, tiny_model_dir)
+    response = researcher_client.post("/models/", {"path": checkpoint.path}, follow=True)
+    page = response.content.decode()
+    assert f"Model {checkpoint.name} registered." in page and 'role="alert"' not in page
+    assert ModelRef.objects.filter(path=checkpoint.path).count() == 1
+    escape = str(Path(settings.MODEL_ROOTS[-1]) / ".." / "..")
+    page = researcher_client.post("/models/", {"path": escape}).content.decode()
+    assert "outside the allowed model roots" in page
+    assert ModelRef.objects.count() == 2  # the tiny model and the checkpoint
