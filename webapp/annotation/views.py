@@ -21,7 +21,6 @@ from webapp.annotation.forms import ExportForm, ImportForm, ProjectForm, Samplin
 from webapp.annotation.importing import ImportFileError, format_from_name, parse_import
 from webapp.annotation.models import Assignment, Project, Prompt, Ranking, SamplingJob
 from webapp.annotation.rendering import render_markdown
-from webapp.experiments import selectors as experiment_selectors
 from webapp.text import counted, is_blank
 
 # Annotators -------------------------------------------------------------------------------------------------
@@ -247,8 +246,6 @@ def _detail_context(project: Project) -> dict:
         "import_form": ImportForm(),
         "sampling_form": SamplingForm(initial={"responses_per_prompt": project.responses_per_item}),
         "export_form": ExportForm(),
-        # Every registered base model and run checkpoint is offered, so a new policy is sampled in one click.
-        "known_models": experiment_selectors.models_list().order_by("-pk")[:200],
     }
 
 
