@@ -9,6 +9,8 @@
   const container = document.getElementById("charts");
   if (!container) return;
   const runs = JSON.parse(container.dataset.runs);
+  // several runs: each chart has a legend under its x axis, so it gets the height for it (experiments.css)
+  container.classList.toggle("several-runs", runs.length > 1);
   const COLORS = ["#3b5bdb", "#e8590c", "#2b8a3e", "#ae3ec9", "#c92a2a", "#0c8599", "#5c940d", "#862e9c"];
   const POLL_MS = 2000;
   const xControl = document.querySelector("[data-chart-control=x]");
@@ -76,9 +78,12 @@
   function layout(metric) {
     return {
       title: { text: metric, font: { size: 13 } }, margin: { l: 50, r: 10, t: 30, b: 35 },
-      xaxis: { title: { text: { step: "step", wall_time: "seconds since start", tokens_seen: "tokens" }[state.x] } },
+      xaxis: { automargin: true, title: { text: { step: "step", wall_time: "seconds since start", tokens_seen: "tokens" }[state.x] } },
       showlegend: runs.length > 1,
-      legend: { orientation: "h", y: -0.25 }, uirevision: state.x,
+      // Anchored to the bottom of the whole chart, not of the plot: the legend then sits below the x axis title
+      // and the bottom margin grows to hold both (a legend placed at a fraction under the plot overlapped it).
+      legend: { orientation: "h", x: 0, xanchor: "left", yref: "container", y: 0, yanchor: "bottom" },
+      uirevision: state.x,
     };
   }
 

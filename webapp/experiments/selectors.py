@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from django.apps import apps
 from django.conf import settings
 from django.core.cache import cache
 from django.db import connection
@@ -21,6 +22,7 @@ from trainer.config import PRESETS, Preset, with_preset
 from trainer.sink import decode_json_value
 from webapp.experiments.downsampling import Series, downsample
 from webapp.experiments.models import MODEL_FIELDS, MetricRow, ModelRef, Run, Sample
+from webapp.text import counted
 
 X_AXES = ("step", "wall_time", "tokens_seen")
 # The number a run is summarised by in the list, per kind (first one present).
@@ -176,6 +178,36 @@ def _last_rows_portable(runs: list[Run]) -> dict[int, MetricRow]:
         if row is not None:
             rows[run.pk] = row
     return rows
+
+
+@dataclass(frozen=True)
+class DataSourceText:
+    """A run's data source in words; `project_id` is set when it is an existing project (the page links it)."""
+
+    text: str
+    project_id: int | None = None
+
+
+PROJECT_SOURCE_WORDS = {"project_pairs": "preference pairs", "project_prompts": "prompts"}
+
+
+def data_source_text(source: Mapping[str, Any]) -> DataSourceText:
+    """e.g. "Arithmetic, level 1, 64 problems", "Project «demo»: preference pairs", "Upload: a.jsonl, 200 rows"."""
+    source_type = source.get("type")
+    if source_type == "arithmetic":
+        return DataSourceText(f"Arithmetic, level {source.get('level')}, {counted(source.get('size') or 0, 'problem')}")
+    if source_type == "upload":
+        name = source.get("name") or Path(str(source.get("path", ""))).name
+        rows = source.get("rows")
+        return DataSourceText(f"Upload: {name}" + (f", {counted(rows, 'row')}" if isinstance(rows, int) else ""))
+    if source_type in PROJECT_SOURCE_WORDS:
+        project_id = source.get("project_id")
+        name = (apps.get_model("annotation", "Project").objects.filter(pk=project_id)
+                .values_list("name", flat=True).first())
+        if name is None:
+            return DataSourceText(f"Project #{project_id} (deleted): {PROJECT_SOURCE_WORDS[source_type]}")
+        return DataSourceText(f"Project «{name}»: {PROJECT_SOURCE_WORDS[source_type]}", project_id)
+    return DataSourceText(", ".join(f"{key} {value}" for key, value in source.items()))
 
 
 def run_checkpoints(*, run: Run) -> QuerySet[ModelRef]:

@@ -98,7 +98,8 @@ def run_launch(request: HttpRequest) -> HttpResponse:
         form = LaunchForm(request.POST, request.FILES, kind=kind, initial_config=initial_config)
         run = _launch(request, form, parent)
         if run is not None:
-            messages.success(request, f"Run #{run.pk} queued.")
+            # run_detail.js drops this message once the run's status is no longer "queued"
+            messages.success(request, f"Run #{run.pk} queued.", extra_tags="run-queued")
             return redirect("experiments:run_detail", run_id=run.pk)
     else:
         initial = {"name": f"{parent.name} (fork)"} if parent else {}
@@ -141,6 +142,7 @@ def _run_context(run: Run, step: int | None = None, resume: str = "") -> dict:
     steps, chosen, samples = selectors.samples_at(run=run, step=step)
     return {
         "run": run,
+        "data_source": selectors.data_source_text(run.data_source),
         "checkpoints": selectors.run_checkpoints_sized(run=run),
         "resume_plan": _resume_plan(run, resume),
         "sample_steps": steps,
