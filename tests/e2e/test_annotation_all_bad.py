@@ -5,18 +5,12 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from tests.e2e.conftest import log_in
+from tests.e2e.annotating import open_annotation, wait_ranked
 from tests.webapp.annotation.factories import make_annotators, make_project
 from webapp.annotation import services
 from webapp.annotation.models import Assignment, PreferencePair, Ranking
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
-
-
-def _open(page, live_server, project) -> None:
-    log_in(page, live_server, "abel", "abel-password-1")
-    page.goto(f"{live_server.url}/annotate/{project.pk}/")
-    page.wait_for_selector(".response:focus")
 
 
 def _ranks(page) -> list[str]:
@@ -26,7 +20,7 @@ def _ranks(page) -> list[str]:
 @pytest.mark.parametrize("keys", [["1"], ["1", "3", "2"]], ids=["some-ranked", "all-ranked"])
 def test_x_then_enter_records_all_bad_whatever_the_ranks(page, live_server, annotator, keys):
     project = make_project(items=2, responses=3, members=[annotator])
-    _open(page, live_server, project)
+    open_annotation(page, live_server, project)
     assignment_id = int(page.get_attribute("#item-form", "data-assignment"))
     for key in keys:
         page.keyboard.press(key)
@@ -35,7 +29,7 @@ def test_x_then_enter_records_all_bad_whatever_the_ranks(page, live_server, anno
     page.keyboard.press("x")
     assert page.is_checked("#all-bad")
     page.keyboard.press("Enter")
-    page.wait_for_function("document.getElementById('ranked-count')?.textContent === '1'")
+    wait_ranked(page, 1)
 
     ranking = Ranking.objects.get()
     assignment = Assignment.objects.get(pk=assignment_id)
@@ -51,7 +45,7 @@ def test_a_refused_submit_keeps_the_ranks_the_box_and_the_rationale_and_can_be_s
 ):
     (other,) = make_annotators(1)
     project = make_project(items=1, responses=3, members=[annotator, other])
-    _open(page, live_server, project)
+    open_annotation(page, live_server, project)
     page.keyboard.press("1")
     page.keyboard.press("3")
     page.keyboard.press("2")
@@ -75,7 +69,7 @@ def test_a_refused_submit_keeps_the_ranks_the_box_and_the_rationale_and_can_be_s
     other_lease.delete()
     page.locator(".response").first.focus()
     page.keyboard.press("Enter")
-    page.wait_for_function("document.getElementById('ranked-count')?.textContent === '1'")
+    wait_ranked(page, 1)
     ranking = Ranking.objects.get()
     assert ranking.annotator == annotator and ranking.rationale == "A is the only correct one"
     assert PreferencePair.objects.filter(ranking=ranking).count() == 3

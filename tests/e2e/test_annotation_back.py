@@ -3,18 +3,12 @@ back with that answer filled in, and a new answer replaces it; meanwhile nobody 
 
 import pytest
 
-from tests.e2e.conftest import log_in
+from tests.e2e.annotating import open_annotation, wait_ranked
 from tests.webapp.annotation.factories import make_annotators, make_project
 from webapp.annotation import services
 from webapp.annotation.models import Assignment, PreferencePair, Project, Prompt, Ranking
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
-
-
-def _open(page, live_server, project) -> None:
-    log_in(page, live_server, "abel", "abel-password-1")
-    page.goto(f"{live_server.url}/annotate/{project.pk}/")
-    page.wait_for_selector(".response:focus")
 
 
 def _shown(page) -> tuple[str, list[int]]:
@@ -23,23 +17,19 @@ def _shown(page) -> tuple[str, list[int]]:
     return page.get_attribute("#item-form", "data-assignment"), ids
 
 
-def _wait_ranked(page, count: int) -> None:
-    page.wait_for_function(f"document.getElementById('ranked-count')?.textContent === '{count}'")
-
-
 def test_pairwise_a_then_back_then_b(page, live_server, annotator):
     (other,) = make_annotators(1)
     project = make_project(items=2, responses=2, members=[annotator, other], mode=Project.Mode.PAIRWISE)
-    _open(page, live_server, project)
+    open_annotation(page, live_server, project)
     first_assignment, (a_id, b_id) = _shown(page)
     page.keyboard.press("a")
-    _wait_ranked(page, 1)
+    wait_ranked(page, 1)
     assert PreferencePair.objects.get().chosen_id == a_id
     next_assignment, _ = _shown(page)
     assert next_assignment != first_assignment
 
     page.keyboard.press("Backspace")
-    _wait_ranked(page, 0)
+    wait_ranked(page, 0)
     assert page.get_attribute("#item-form", "data-assignment") == first_assignment
     assert page.get_attribute(".choice.selected", "data-choice") == "a"
     assert page.is_visible("#reopened-note")
@@ -50,7 +40,7 @@ def test_pairwise_a_then_back_then_b(page, live_server, annotator):
     assert services.assignment_lease_next(project=project, annotator=other) is None
 
     page.keyboard.press("b")
-    _wait_ranked(page, 1)
+    wait_ranked(page, 1)
     ranking = Ranking.objects.get()
     assert ranking.assignment_id == int(first_assignment) and ranking.tiers == [[b_id], [a_id]]
     pair = PreferencePair.objects.get()
@@ -62,7 +52,7 @@ def test_pairwise_a_then_back_then_b(page, live_server, annotator):
 
 def test_ranking_back_shows_the_ranks_and_a_new_ranking_replaces_the_old(page, live_server, annotator):
     project = make_project(items=2, responses=3, members=[annotator])
-    _open(page, live_server, project)
+    open_annotation(page, live_server, project)
     first_assignment, (c0, c1, c2) = _shown(page)
     for key in ("1", "3", "2"):
         page.keyboard.press(key)
@@ -70,7 +60,7 @@ def test_ranking_back_shows_the_ranks_and_a_new_ranking_replaces_the_old(page, l
     page.keyboard.type("first is right")
     page.keyboard.press("Escape")
     page.keyboard.press("Enter")
-    _wait_ranked(page, 1)
+    wait_ranked(page, 1)
     assert Ranking.objects.get().tiers == [[c0], [c2], [c1]]
     assert PreferencePair.objects.count() == 3
 
@@ -82,7 +72,7 @@ def test_ranking_back_shows_the_ranks_and_a_new_ranking_replaces_the_old(page, l
 
     page.locator(".response").first.focus()
     page.keyboard.press("Backspace")
-    _wait_ranked(page, 0)
+    wait_ranked(page, 0)
     assert page.get_attribute("#item-form", "data-assignment") == first_assignment
     ranks = page.locator(".rank-input").evaluate_all("inputs => inputs.map(input => input.value)")
     assert ranks == ["1", "3", "2"]
@@ -95,7 +85,7 @@ def test_ranking_back_shows_the_ranks_and_a_new_ranking_replaces_the_old(page, l
     page.locator(".response").nth(2).focus()
     page.keyboard.press("1")
     page.keyboard.press("Enter")
-    _wait_ranked(page, 1)
+    wait_ranked(page, 1)
     ranking = Ranking.objects.get()
     assert ranking.tiers == [[c2], [c0], [c1]] and ranking.rationale == "first is right"
     assert PreferencePair.objects.filter(ranking=ranking).count() == 3
@@ -105,7 +95,7 @@ def test_ranking_back_shows_the_ranks_and_a_new_ranking_replaces_the_old(page, l
 
 def test_back_from_the_last_item_and_after_a_skip(page, live_server, annotator):
     project = make_project(items=1, responses=3, members=[annotator])
-    _open(page, live_server, project)
+    open_annotation(page, live_server, project)
     assignment, _ = _shown(page)
     page.keyboard.press("s")
     page.wait_for_selector("#annotate-item[data-ready] >> text=Nothing left for you here")

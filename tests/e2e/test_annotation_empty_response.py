@@ -2,7 +2,7 @@
 
 import pytest
 
-from tests.e2e.conftest import log_in
+from tests.e2e.annotating import open_annotation
 from tests.webapp.annotation.factories import make_project
 from webapp.annotation.models import Response
 
@@ -11,9 +11,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 def test_empty_and_whitespace_responses_carry_a_visible_marker(page, live_server, annotator):
     project = make_project(items=1, responses=3, members=[annotator], texts=[["A real answer.", "", "  \n\t "]])
-    log_in(page, live_server, "abel", "abel-password-1")
-    page.goto(f"{live_server.url}/annotate/{project.pk}/")
-    page.wait_for_selector(".response:focus")
+    open_annotation(page, live_server, project)
     texts = dict(Response.objects.values_list("id", "text"))
     for card in page.locator(".response").all():
         text = texts[int(card.get_attribute("data-response-id"))]

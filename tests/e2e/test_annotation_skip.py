@@ -2,7 +2,7 @@
 
 import pytest
 
-from tests.e2e.conftest import log_in
+from tests.e2e.annotating import open_annotation
 from tests.webapp.annotation.factories import make_project
 from webapp.annotation.models import Assignment, PreferencePair, Ranking
 
@@ -10,9 +10,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 
 def _open_first_item(page, live_server, project) -> str:
-    log_in(page, live_server, "abel", "abel-password-1")
-    page.goto(f"{live_server.url}/annotate/{project.pk}/")
-    page.wait_for_selector(".response:focus")
+    open_annotation(page, live_server, project)
     return page.get_attribute("#item-form", "data-assignment")
 
 

@@ -3,6 +3,7 @@ is readable on the button's accent background."""
 
 import pytest
 
+from tests.e2e.annotating import open_annotation, wait_ranked
 from tests.e2e.conftest import log_in
 from tests.webapp.annotation.factories import make_project
 from webapp.annotation.models import Project, Ranking
@@ -26,9 +27,7 @@ KBD_CONTRAST = """kbd => {
 
 def test_clicking_submit_sends_a_complete_ranking_and_refuses_an_incomplete_one(page, live_server, annotator):
     project = make_project(items=2, responses=3, members=[annotator])
-    log_in(page, live_server, "abel", "abel-password-1")
-    page.goto(f"{live_server.url}/annotate/{project.pk}/")
-    page.wait_for_selector(".response:focus")
+    open_annotation(page, live_server, project)
     page.keyboard.press("2")
     page.click("#submit-ranking")
     assert "not ranked" in page.inner_text("#item-error")
@@ -37,7 +36,7 @@ def test_clicking_submit_sends_a_complete_ranking_and_refuses_an_incomplete_one(
     page.keyboard.press("1")
     page.keyboard.press("3")
     page.click("#submit-ranking")
-    page.wait_for_function("document.getElementById('ranked-count')?.textContent === '1'")
+    wait_ranked(page, 1)
     ranking = Ranking.objects.get()
     assert not ranking.skipped and not ranking.all_bad and len(ranking.tiers) == 3
     assert ranking.pairs.count() == 3
