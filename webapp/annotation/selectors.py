@@ -3,7 +3,7 @@
 import random
 import statistics
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -111,7 +111,13 @@ def project_progress(project: Project) -> ProjectProgress:
     progress.tau = agreement.mean_kendall_tau(shared)
     progress.pairwise_agreement = agreement.pairwise_agreement_rate(shared)
     progress.alpha = agreement.ranking_alpha(shared)
-    majority = agreement.agreement_with_majority(shared)
+    progress.annotators = annotator_rows(project, shared=shared)
+    return progress
+
+
+def annotator_rows(project: Project, *, shared: list[dict[str, list[list[int]]]] | None = None) -> list[AnnotatorRow]:
+    """Per annotator of the project: answers, skips, all-bad answers, median time, agreement with the majority."""
+    majority = agreement.agreement_with_majority(item_rankings(project) if shared is None else shared)
     seconds: dict[str, list[float]] = defaultdict(list)
     skips: dict[str, int] = defaultdict(int)
     all_bad: dict[str, int] = defaultdict(int)
@@ -123,7 +129,7 @@ def project_progress(project: Project) -> ProjectProgress:
         else:
             seconds[username].append(spent)
             all_bad[username] += bad
-    progress.annotators = [
+    return [
         AnnotatorRow(
             username=username,
             rankings=len(seconds[username]),
@@ -134,7 +140,6 @@ def project_progress(project: Project) -> ProjectProgress:
         )
         for username in sorted(seconds.keys() | skips.keys())
     ]
-    return progress
 
 
 @dataclass(frozen=True)
@@ -329,7 +334,7 @@ def disputed_item_ids(*, project: Project, among: QuerySet[Prompt] | None = None
 def project_items(
     *, project: Project, status: str = "all", search: str = "", annotator: str = ""
 ) -> QuerySet[Prompt]:
-    """The project's items (imported pairs are not items), oldest first, with their answer counts.
+    """The project's items (imported pairs are not items), oldest first; `item_rows` counts a page's answers.
 
     Statuses overlap: an item one person skipped and another ranked is both "skipped" and "ranked".
     unranked: no ranking yet (skips aside); ranked: one ranking or more; skipped / all_bad: someone skipped it
@@ -355,12 +360,34 @@ def project_items(
         items = items.filter(
             Exists(Ranking.objects.filter(prompt=OuterRef("pk"), annotator__username=annotator.strip()))
         )
+    return items.order_by("id")
+
+
+def item_count(project: Project) -> int:
+    return Prompt.objects.filter(project=project, annotatable=True).count()
+
+
+@dataclass(frozen=True)
+class ItemRow:
+    prompt: Prompt
+    skips: int
+    all_bad: int
+    empty_responses: int
+    disputed: bool
+
+
+def item_rows(*, project: Project, prompts: Sequence[Prompt]) -> list[ItemRow]:
+    """A page of the items list with its counts: computed for the page alone, not for the whole project."""
+    shown = Prompt.objects.filter(pk__in=[prompt.pk for prompt in prompts])
     # distinct: the two joins (rankings, responses) multiply each other's rows
-    return items.annotate(
+    counted = shown.annotate(
         skips=Count("rankings", filter=Q(rankings__skipped=True), distinct=True),
         all_bad_count=Count("rankings", filter=Q(rankings__all_bad=True, rankings__skipped=False), distinct=True),
         empty_responses=Count("responses", filter=Q(responses__text__regex=BLANK_TEXT_REGEX), distinct=True),
     ).order_by("id")
+    disputed = disputed_item_ids(project=project, among=shown)
+    return [ItemRow(prompt=prompt, skips=prompt.skips, all_bad=prompt.all_bad_count,
+                    empty_responses=prompt.empty_responses, disputed=prompt.pk in disputed) for prompt in counted]
 
 
 @dataclass(frozen=True)

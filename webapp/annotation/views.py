@@ -274,13 +274,12 @@ def project_items(request: HttpRequest, project_id: int) -> HttpResponse:
     search, annotator = request.GET.get("q", "").strip(), request.GET.get("annotator", "").strip()
     items = selectors.project_items(project=project, status=status, search=search, annotator=annotator)
     page = Paginator(items, ITEMS_PER_PAGE).get_page(request.GET.get("page"))
-    shown = [item.pk for item in page]
-    disputed = selectors.disputed_item_ids(project=project, among=Prompt.objects.filter(pk__in=shown))
     filters = {key: value for key, value in (("q", search), ("annotator", annotator)) if value}
     context = {
-        "project": project, "page": page, "disputed": disputed, "status": status,
-        "status_label": selectors.ITEM_STATUSES[status], "search": search,
-        "annotator": annotator, "statuses": selectors.ITEM_STATUSES, "progress": selectors.project_progress(project),
+        "project": project, "page": page, "rows": selectors.item_rows(project=project, prompts=page.object_list),
+        "status": status, "status_label": selectors.ITEM_STATUSES[status], "search": search,
+        "annotator": annotator, "statuses": selectors.ITEM_STATUSES, "items_total": selectors.item_count(project),
+        "annotators": selectors.annotator_rows(project),
         "filter_query": urlencode(filters), "page_query": urlencode({**filters, "status": status}),
     }
     return render(request, "annotation/project_items.html", context)
