@@ -8,6 +8,7 @@ from trainer.tasks.arithmetic import problems, wrong_completion
 from webapp.annotation import services
 from webapp.annotation.importing import ImportRecord
 from webapp.annotation.models import Project
+from webapp.text import counted
 
 DEMO_GUIDELINES = """Rank the answers to each arithmetic question.
 
@@ -41,4 +42,4 @@ def seed_demo_data(stdout) -> None:
             project = services.project_create(name=name, mode=mode, guidelines=DEMO_GUIDELINES,
                                               responses_per_item=per_item, annotators_per_item=2, members=members)
         summary = services.prompts_import(project=project, records=_records(per_item, seed=len(name)))
-        stdout.write(f"annotation demo '{name}': {summary.created} prompts added, {summary.already_present} present")
+        stdout.write(f"annotation demo '{name}': {counted(summary.created, 'prompt')} added, {summary.already_present} present")

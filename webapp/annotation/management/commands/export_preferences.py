@@ -7,6 +7,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from webapp.annotation import exporting, selectors
 from webapp.annotation.models import Project
 from webapp.annotation.preferences import STRATEGIES
+from webapp.text import counted
 
 EXPORT_FORMATS = ("jsonl", "csv", "dataset", "rankings")
 
@@ -48,4 +49,4 @@ class Command(BaseCommand):
                 for line in lines:
                     handle.write(line)
                     count += 1
-        self.stdout.write(self.style.SUCCESS(f"wrote {count} rows to {output}"))
+        self.stdout.write(self.style.SUCCESS(f"wrote {counted(count, 'row')} to {output}"))
