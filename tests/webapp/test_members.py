@@ -52,6 +52,13 @@ def test_add_and_remove_members_ends_their_leases(researcher_client, annotator):
     assert authenticate(username="abel", password="abel-password-1") == annotator  # the account stays
 
 
+def test_a_user_without_a_role_added_as_member_becomes_an_annotator(researcher_client):
+    project = make_project(items=1)
+    newcomer = User.objects.create_user(username="nemo", password="nemo-password-1")
+    researcher_client.post(f"/accounts/projects/{project.pk}/members/add/", {"user": newcomer.pk})
+    assert list(project.members.all()) == [newcomer] and is_annotator(User.objects.get(pk=newcomer.pk))
+
+
 def test_reset_gives_a_new_one_time_password_to_annotators_only(researcher_client, annotator):
     other_researcher, _ = user_create(username="ruth", role="researcher", password="ruth-password-1")
     project = make_project(items=1, members=[annotator, other_researcher])

@@ -51,9 +51,13 @@ def project_annotator_create(*, project: Project, username: str) -> tuple[User, 
     return user, password
 
 
+@transaction.atomic
 def project_member_add(*, project: Project, user: AbstractBaseUser) -> None:
+    """Make `user` a member; a user with no role yet becomes an annotator, or the project could not be opened."""
     if not user.is_active:
         raise AccountError(f"{user.get_username()} is deactivated; an admin can reactivate the account.")
+    if not (has_role(user, ANNOTATOR) or has_role(user, RESEARCHER)):
+        grant_role(user, ANNOTATOR)
     project.members.add(user)
 
 
