@@ -93,7 +93,7 @@ def _item_context(
         ]
         context["prompt_html"] = render_markdown(assignment.prompt.text)
     context["ranked"] = selectors.own_ranked_count(project=project, user=request.user)
-    context["can_go_back"] = selectors.previous_answer(project=project, user=request.user) is not None
+    context["previous_answer"] = selectors.previous_answer(project=project, user=request.user)
     return context
 
 
@@ -191,12 +191,19 @@ def annotate_skip(request: HttpRequest, assignment_id: int) -> HttpResponse:
 @require_POST
 @annotator_required
 def annotate_back(request: HttpRequest, project_id: int) -> HttpResponse:
-    """Withdraw the annotator's latest answer and show its item again with that answer filled in."""
+    """Withdraw the annotator's latest answer and show its item again with that answer filled in.
+
+    The page names the answer it offers to go back to: a second press sent before the first one's page arrived
+    names an answer already withdrawn, and is refused instead of withdrawing the one before it too.
+    """
     project = _project_for_annotator(request, project_id)
     previous = selectors.previous_answer(project=project, user=request.user)
     if previous is None:
         return _refused(request, project, f"Nothing to go back to: no answer of yours in this project within the "
                                           f"last {counted(project.lease_minutes, 'minute')} (the lease time).")
+    if request.POST.get("answer", str(previous.pk)) != str(previous.pk):
+        return _refused(request, project, "That answer was already taken back; this page was behind. Nothing else "
+                                          "was changed.")
     try:
         withdrawn = services.ranking_withdraw(ranking_id=previous.pk, annotator=request.user)
     except services.AnnotationError as error:

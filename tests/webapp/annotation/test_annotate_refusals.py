@@ -42,3 +42,16 @@ def test_back_with_nothing_to_go_back_to_says_so(annotator_client, annotator):
     response = annotator_client.post(f"/annotate/{project.pk}/back/", HTTP_HX_REQUEST="true")
     assert response["HX-Retarget"] == "#item-error"
     assert "Nothing to go back to" in response.content.decode() and "30 minutes" in response.content.decode()
+
+
+def test_a_second_back_sent_before_the_first_ones_page_withdraws_nothing_more(annotator_client, annotator):
+    project = make_project(items=2, responses=2, members=[annotator])
+    for _ in range(2):
+        lease = services.assignment_lease_next(project=project, annotator=annotator)
+        services.ranking_skip(assignment_id=lease.pk, annotator=annotator)
+    latest = Ranking.objects.order_by("id").last()
+    first = annotator_client.post(f"/annotate/{project.pk}/back/", {"answer": latest.pk}, HTTP_HX_REQUEST="true")
+    assert "HX-Retarget" not in first and Ranking.objects.count() == 1
+    again = annotator_client.post(f"/annotate/{project.pk}/back/", {"answer": latest.pk}, HTTP_HX_REQUEST="true")
+    assert again["HX-Retarget"] == "#item-error" and "already taken back" in again.content.decode()
+    assert Ranking.objects.count() == 1
