@@ -307,7 +307,7 @@
         case "s": $("#skip-button", item)?.click(); return true;
         case "u": undo(); return true;
         case "x": toggleAllBad(); return true;
-        case "backspace": document.getElementById("back-button")?.click(); return true;
+        case "backspace": $("#back-button", item)?.click(); return true;
         case "d": pickForDiff(card || cards()[0]); return true;
         case "c": toggleCollapse(card); return true;
         case "l": toggleLayout(); return true;
