@@ -39,8 +39,7 @@ def test_researcher_creates_an_annotator_who_logs_in_and_ranks(page, live_server
     ids = page.locator(".response").evaluate_all("cards => cards.map(card => Number(card.dataset.responseId))")
     page.locator(".rank-input").nth(0).fill("2")
     page.locator(".rank-input").nth(1).fill("1")
-    page.locator(".response").first.focus()
-    page.keyboard.press("Enter")
+    page.click("#submit-ranking")
     page.wait_for_function("document.getElementById('ranked-count')?.textContent === '1'")
     ranking = Ranking.objects.get(annotator=nora)
     assert ranking.tiers == [[ids[1]], [ids[0]]] and not ranking.skipped and not ranking.all_bad
