@@ -273,9 +273,15 @@
     if (state) restore(state);
   }
 
+  // Keys of the page, not of an item: they work even while a new item is being swapped in.
+  const pageKeys = {
+    g: () => toggleDialog("guidelines-dialog"),
+    "?": () => toggleDialog("keys-dialog"),
+    l: () => toggleLayout(),
+  };
+
   function onKey(event) {
-    // A key pressed between a swap and htmx processing the new item would act on the old, detached one.
-    if (!item || !item.isConnected || event.ctrlKey || event.metaKey || event.altKey) return;
+    if (!item || event.ctrlKey || event.metaKey || event.altKey) return;
     const typing = event.target.closest?.("textarea, input:not([type=checkbox]):not(.rank-input)");
     if (typing) {
       if (event.key === "Escape") { event.target.blur(); cards()[0]?.focus(); }
@@ -285,6 +291,10 @@
     if (event.key === "Backspace" && event.target.closest?.("input")) return;
     if (document.querySelector("dialog[open]")) return; // the dialog handles Esc itself
     const key = event.key;
+    const pageKey = pageKeys[key.toLowerCase()];
+    if (pageKey) { pageKey(); event.preventDefault(); return; }
+    // A key pressed between a swap and htmx processing the new item would act on the old, detached one.
+    if (!item.isConnected) return;
     const card = focused();
     const ranking = mode() === "ranking";
     const handled = (() => {
@@ -310,10 +320,7 @@
         case "backspace": $("#back-button", item)?.click(); return true;
         case "d": pickForDiff(card || cards()[0]); return true;
         case "c": toggleCollapse(card); return true;
-        case "l": toggleLayout(); return true;
         case "r": $("textarea[name=rationale]", item)?.focus(); return true;
-        case "g": toggleDialog("guidelines-dialog"); return true;
-        case "?": toggleDialog("keys-dialog"); return true;
         default: return false;
       }
     })();
