@@ -70,7 +70,7 @@ TRACEBACK_LINES = 30
 
 # --- models -------------------------------------------------------------------------------------------
 
-# One pattern for hub ids, used wherever a model is named: "org/name", no ".." segment.
+# One pattern for hub ids, used wherever a model is named: "org/name" (a "." or ".." segment is refused).
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 Architecture = ModelRef.Architecture
 # What each model field of a run loads; a model whose kind is unknown (a hub id) is accepted for both.
@@ -169,7 +169,7 @@ def model_resolve(text: str) -> ResolvedModel:
         return _resolved_registered(registered)
     if local:
         return _resolved_directory(Path(key))
-    if HUB_ID.fullmatch(value) and ".." not in value.split("/"):
+    if HUB_ID.fullmatch(value) and {".", ".."}.isdisjoint(value.split("/")):
         return ResolvedModel(value, ModelRef.Source.HUB, Architecture.UNKNOWN)
     raise ValidationError(f"{value!r} is not a known model; give {_accepted_models()}")
 

@@ -89,7 +89,7 @@ def test_a_directory_under_the_runs_that_is_no_registered_checkpoint_is_refused(
         services.model_resolve(str(stray))
 
 
-@pytest.mark.parametrize("given", ["not a model!", "org/..", "../org/name", "just-a-name"])
+@pytest.mark.parametrize("given", ["not a model!", "org/..", "org/.", "../org/name", "just-a-name"])
 def test_anything_else_is_refused_saying_what_was_given_and_what_is_accepted(given):
     with pytest.raises(ValidationError) as error:
         services.model_resolve(given)
