@@ -118,6 +118,7 @@ def test_the_launch_form_shows_only_the_fields_the_chosen_data_source_and_lora_u
     assert shown() == {"upload", "lora_r", "lora_target_modules"}
     # a field the server refused stays in sight whatever the choices
     page.select_option("[name=data_source]", "project_pairs")
+    page.select_option("[name=model]", label="tiny arithmetic (local directory, causal LM)")
     page.click("button[type=submit].primary")
     page.wait_for_selector(".field.invalid [name=project]")
     page.select_option("[name=data_source]", "arithmetic")
@@ -133,6 +134,7 @@ def test_a_run_is_canceled_from_its_page_within_one_step(page, live_server, rese
     log_in(page, live_server, "rita", "rita-password-1")
     page.goto(f"{live_server.url}/runs/{run.pk}/")
     wait_for(lambda: MetricRow.objects.filter(run=run).count() >= 2, timeout_s=120, what="two steps")
+    page.once("dialog", lambda dialog: dialog.accept())  # "Cancel run #N …?"
     page.click("#cancel-run")
     # The click only starts the request: count from when the cancel is committed (seen in the database).
     wait_for(lambda: Run.objects.filter(pk=run.pk, cancel_requested=True).exists(), timeout_s=30,
