@@ -83,3 +83,21 @@ def test_a_filter_without_a_match_says_so_and_offers_to_clear_it(page, live_serv
     page.wait_for_url(f"{live_server.url}/runs/")
     assert len(_shown_ids(page)) == 6
     assert page.js_errors == []
+
+
+def test_a_ticked_run_filtered_out_of_sight_stays_chosen_for_compare(page, live_server, researcher):
+    runs = _runs(researcher)
+    succeeded, canceled = runs[Run.Status.SUCCEEDED][0], runs[Run.Status.CANCELED][0]
+    log_in(page, live_server, "rita", "rita-password-1")
+    page.goto(f"{live_server.url}/runs/")
+    page.check(f"input[name=runs][value='{succeeded.pk}']")
+    with page.expect_response(ROWS):
+        page.select_option("form.filters [name=status]", "canceled")
+    page.wait_for_function("document.querySelectorAll('#run-rows tr[data-run]').length === 2")
+    page.check(f"input[name=runs][value='{canceled.pk}']")
+    assert page.locator("#compare-chosen").inner_text() == "2 runs chosen"
+    page.click("text=Compare selected")
+    page.wait_for_url(re.compile(r"/runs/compare\?"))
+    compared = page.locator("table.config-diff thead th a").all_inner_texts()
+    assert compared == [f"#{run.pk} {run.name}" for run in sorted((succeeded, canceled), key=lambda run: run.pk)]
+    assert page.js_errors == []
