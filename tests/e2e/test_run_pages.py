@@ -147,6 +147,15 @@ def test_the_charts_draw_with_the_vendored_bundle_and_the_legend_clears_the_axis
         page.mouse.down()
         page.mouse.move(box["x"] + box["width"] * 0.6, box["y"] + box["height"] / 2, steps=5)
         page.mouse.up()
+    # another x axis redraws every chart; smoothing restyles the smoothed lines in place
+    page.select_option("[data-chart-control=x]", "wall_time")
+    page.wait_for_function("window.preflabCharts.drawn()"
+                           " && document.querySelector('[data-metric=loss]').layout.xaxis.title.text"
+                           " === 'seconds since start'")
+    page.evaluate("""() => { const slider = document.querySelector('[data-chart-control=smoothing]');
+                             slider.value = '0'; slider.dispatchEvent(new Event('input')); }""")
+    smoothed = page.evaluate("document.querySelector('[data-metric=\"reward/mean\"]').data[1].y.slice(0, 3)")
+    assert smoothed == [1 / 40, 2 / 40, 3 / 40]
 
     page.goto(f"{live_server.url}/runs/{runs[0].pk}/")
     page.wait_for_function("window.preflabCharts && window.preflabCharts.drawn()")

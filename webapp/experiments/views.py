@@ -221,7 +221,7 @@ def run_resume(request: HttpRequest, run_id: int) -> HttpResponse:
         with transaction.atomic():
             services.run_resume(run_id=run.pk, checkpoint_id=int(checkpoint) if checkpoint.isdigit() else 0,
                                 remove_later=request.POST.get("remove_later") == "yes")
-        messages.success(request, f"Run #{run.pk} queued to resume.")
+        messages.success(request, f"Run #{run.pk} queued to resume.", extra_tags="run-queued")
     except ValidationError as error:
         needs_answer = any(item.code == "confirm" for item in getattr(error, "error_dict", {}).get("checkpoint", []))
         if not needs_answer:
