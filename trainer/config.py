@@ -197,22 +197,32 @@ class DPOConfig(BaseConfig):
             raise ConfigError("label_smoothing", f"applies to the sigmoid loss only, not {self.loss_type!r}")
 
 
-CONFIG_CLASSES: dict[str, type[BaseConfig]] = {
-    "reward_model": RewardModelConfig,
-    "sft": SFTConfig,
-    "dpo": DPOConfig,
-}
+def __getattr__(name: str) -> Any:
+    # CONFIG_CLASSES is a view of the registry of run kinds, which imports this module: built on first use.
+    if name == "CONFIG_CLASSES":
+        return _config_classes()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _config_classes() -> dict[str, type[BaseConfig]]:
+    from trainer.kinds import KINDS
+
+    return {name: kind.config_class for name, kind in KINDS.items()}
+
+
+def _config_class(kind: str) -> type[BaseConfig]:
+    from trainer.kinds import run_kind
+
+    return run_kind(kind).config_class
 
 
 def config_from_dict(kind: str, data: dict[str, Any]) -> BaseConfig:
     """Build and validate the config of run kind `kind`; unknown keys and wrong types are ConfigErrors.
 
     A `preset` key names a starting point (PRESETS) that the other keys are set on top of."""
-    if kind not in CONFIG_CLASSES:
-        raise ConfigError("kind", f"unknown run kind {kind!r}; choose one of {', '.join(CONFIG_CLASSES)}")
+    cls = _config_class(kind)
     if "preset" in data:
         data = with_preset(kind, str(data["preset"]), {key: value for key, value in data.items() if key != "preset"})
-    cls = CONFIG_CLASSES[kind]
     names = [f.name for f in dataclasses.fields(cls)]
     for key in data:
         if key not in names:
@@ -233,7 +243,7 @@ def config_to_dict(config: BaseConfig) -> dict[str, Any]:
 
 
 def config_kind(config: BaseConfig) -> str:
-    for kind, cls in CONFIG_CLASSES.items():
+    for kind, cls in _config_classes().items():
         if type(config) is cls:
             return kind
     raise ConfigError("kind", f"{type(config).__name__} is not a registered run config")
@@ -480,7 +490,7 @@ def with_preset(kind: str, name: str, fields: dict[str, Any]) -> dict[str, Any]:
 
 
 def _default_rewards(kind: str) -> dict[str, float]:
-    (rewards,) = (f.default_factory() for f in dataclasses.fields(CONFIG_CLASSES[kind]) if f.name == "rewards")
+    (rewards,) = (f.default_factory() for f in dataclasses.fields(_config_class(kind)) if f.name == "rewards")
     return rewards
 
 
@@ -515,6 +525,3 @@ class PPOConfig(OnlineConfig):
         if self.critic_lr is not None and self.critic_lr <= 0:
             raise ConfigError("critic_lr", f"must be > 0, got {self.critic_lr}")
 
-
-CONFIG_CLASSES["grpo"] = GRPOConfig
-CONFIG_CLASSES["ppo"] = PPOConfig

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Literal
 
 from trainer.answers import answers_match, extract_answer
+from trainer.kinds import run_kind
 
 Split = Literal["train", "test"]
 LEVELS = (1, 2, 3)
@@ -164,6 +165,16 @@ def preference_rows(
                 }
             )
     return rows
+
+
+def rows_for_kind(kind: str, level: int, split: Split, count: int | None = None) -> list[dict]:
+    """The rows run kind `kind` trains on (its registered row shape), from `count` problems of `level`."""
+    shape = run_kind(kind).rows
+    if shape == "pairs":
+        return preference_rows(level, split, count)
+    if shape == "completions":
+        return sft_rows(level, split, count)
+    return [{"prompt": p.prompt, "answer": str(p.answer)} for p in problems(level, split, count)]
 
 
 def corpus(*, seed: int = 0) -> list[str]:
