@@ -1,4 +1,4 @@
-"""GRPO (DeepSeekMath) with the DAPO and Dr. GRPO options, and the online step driver PPO shares.
+"""GRPO (DeepSeekMath) with the DAPO and Dr. GRPO options.
 
 One step: draw batch_size prompts, sample group_size completions of each from the current (old) policy,
 score them, turn rewards into group advantages, then num_iterations optimizer updates of the clipped
@@ -12,11 +12,8 @@ time/backward_s (policy forward, backward and optimizer updates).
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
 
 import torch
 from torch import Tensor
@@ -25,159 +22,25 @@ from torch.optim.lr_scheduler import LambdaLR
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from trainer.answers import answers_match, extract_answer
-from trainer.config import GRPOConfig, OnlineConfig
-from trainer.data import DataError, Limits, check_rows, encode_prompt
-from trainer.evaluation import generation_accuracy, has_answers
-from trainer.generation import (
-    GroupSamples,
-    HFGenerationBackend,
-    SamplingParams,
-    completion_logprobs,
-    concat_samples,
-)
-from trainer.loop import (
-    DataOrder,
-    TrainResult,
-    build_optimizer,
-    build_scheduler,
-    check_finite,
-    checkpoint_dir,
-    model_source,
-    restore_training_state,
-    resume_state_for,
-    retain_checkpoints,
-    save_checkpoint,
-    seed_everything,
-    total_steps,
-)
+from trainer.config import GRPOConfig
+from trainer.generation import GroupSamples, HFGenerationBackend, SamplingParams, completion_logprobs
+from trainer.loop import TrainResult, build_optimizer, build_scheduler, optimizer_update, total_steps
 from trainer.losses import group_advantages, informative_groups, policy_loss
-from trainer.models import LoraOptions, load_policy, load_reference, load_tokenizer
-from trainer.rewards import Rewarder, RewardModelScorer, reward_inputs
+from trainer.models import load_reference
+from trainer.rewards import Rewarder
+from trainer.rollout import (
+    ScoredGroups,
+    build_rewarder,
+    concat_scored,
+    masked_mean,
+    prepare_online,
+    record_rollout_samples,
+    reward_metrics,
+    run_learner,
+    sample_and_score,
+    sampling_params,
+)
 from trainer.sink import Sink
-
-
-@dataclass
-class ScoredGroups:
-    """Sampled completions of `rows` (one row per prompt) with their rewards; per_function is unweighted."""
-
-    samples: GroupSamples
-    rows: list[dict]
-    rewards: list[float]
-    per_function: dict[str, list[float]]
-
-    def keep_groups(self, groups: list[int]) -> ScoredGroups:
-        size = self.samples.group_size
-        completion_rows = [g * size + i for g in groups for i in range(size)]
-        return ScoredGroups(
-            samples=self.samples.select_groups(groups),
-            rows=[self.rows[g] for g in groups],
-            rewards=[self.rewards[i] for i in completion_rows],
-            per_function={name: [values[i] for i in completion_rows] for name, values in self.per_function.items()},
-        )
-
-
-def concat_scored(parts: Sequence[ScoredGroups], *, pad_token_id: int) -> ScoredGroups:
-    return ScoredGroups(
-        samples=concat_samples([p.samples for p in parts], pad_token_id=pad_token_id),
-        rows=[row for p in parts for row in p.rows],
-        rewards=[r for p in parts for r in p.rewards],
-        per_function={name: [v for p in parts for v in p.per_function[name]] for name in parts[0].per_function},
-    )
-
-
-def build_rewarder(config: OnlineConfig) -> Rewarder:
-    scorer = RewardModelScorer(config.reward_model) if config.reward_model else None
-    return Rewarder(config.rewards, scorer=scorer, scorer_weight=config.reward_model_weight)
-
-
-def check_prompt_rows(rows: Sequence[dict], config: OnlineConfig, *, name: str = "training data") -> None:
-    """Every row needs a prompt; `answer_match` also needs an answer in every row."""
-    check_rows(rows, ("prompt",), name=name)
-    if "answer_match" in config.rewards:
-        for index, row in enumerate(rows):
-            if not isinstance(row.get("answer"), str | int | float):
-                raise DataError(f"{name} row {index}: missing field 'answer' (the answer_match reward needs it)")
-
-
-def check_prompt_lengths(
-    rows: Sequence[dict], tokenizer: PreTrainedTokenizerBase, config: OnlineConfig, *, name: str = "training data"
-) -> None:
-    """Every prompt has at least one token and at most max_prompt_length (a DataError names the row)."""
-    limits = Limits(max_length=config.max_length, max_prompt_length=config.max_prompt_length)
-    for index, row in enumerate(rows):
-        encode_prompt(tokenizer, row["prompt"], limits, index=index, name=name)
-
-
-def sample_and_score(
-    backend: HFGenerationBackend,
-    rewarder: Rewarder,
-    rows: list[dict],
-    params: SamplingParams,
-    config: OnlineConfig,
-    timings: dict[str, float],
-) -> ScoredGroups:
-    """Sample and score; adds the seconds spent to timings["time/generation_s"] and ["time/scoring_s"]."""
-    started = time.perf_counter()
-    samples = backend.generate([row["prompt"] for row in rows], params)
-    generated = time.perf_counter()
-    group = params.group_size
-    breakdown = rewarder(
-        reward_inputs(
-            [row["prompt"] for row in rows for _ in range(group)],
-            samples.texts,
-            [row.get("answer") for row in rows for _ in range(group)],
-            lengths=samples.lengths.tolist(),
-            truncated=samples.truncated.tolist(),
-            max_length=config.max_new_tokens,
-            overlong_buffer=config.overlong_buffer,
-        )
-    )
-    timings["time/generation_s"] = timings.get("time/generation_s", 0.0) + generated - started
-    timings["time/scoring_s"] = timings.get("time/scoring_s", 0.0) + time.perf_counter() - generated
-    return ScoredGroups(samples, rows, breakdown.total, breakdown.per_function)
-
-
-def sampling_params(config: OnlineConfig, group_size: int) -> SamplingParams:
-    return SamplingParams(
-        group_size=group_size,
-        max_new_tokens=config.max_new_tokens,
-        temperature=config.temperature,
-        top_p=config.top_p,
-        top_k=config.top_k,
-    )
-
-
-def reward_metrics(scored: ScoredGroups) -> dict[str, float]:
-    rewards = torch.tensor(scored.rewards)
-    samples = scored.samples
-    metrics = {
-        "reward/mean": rewards.mean().item(),
-        "reward/std": rewards.std().item() if rewards.numel() > 1 else 0.0,
-        "completion/mean_length": samples.lengths.float().mean().item(),
-        "completion/clipped_ratio": samples.truncated.float().mean().item(),
-    }
-    for name, values in scored.per_function.items():
-        metrics[f"reward/{name}"] = sum(values) / len(values)
-    return metrics
-
-
-def record_rollout_samples(
-    sink: Sink, step: int, scored: ScoredGroups, advantages: Tensor, count: int
-) -> None:
-    """The first `count` completions of the step, with each function's reward and the advantage."""
-    size = scored.samples.group_size
-    for i in range(min(count, len(scored.rewards))):
-        sink.sample(
-            step,
-            scored.rows[i // size]["prompt"],
-            scored.samples.texts[i],
-            {name: values[i] for name, values in scored.per_function.items()},
-            advantage=float(advantages[i].mean()),
-        )
-
-
-def masked_mean(values: Tensor, mask: Tensor) -> float:
-    return ((values * mask).sum() / mask.sum().clamp(min=1)).item()
 
 
 def micro_batch_rows(count: int, chunks: int, group_size: int = 1) -> list[Tensor]:
@@ -198,18 +61,6 @@ def micro_batch(samples: GroupSamples, rows: Tensor) -> GroupSamples:
     if first % size == 0 and rows.numel() % size == 0:
         return samples.select_groups(range(first // size, (first + rows.numel()) // size))
     return samples.select_rows(rows)
-
-
-def optimizer_update(
-    optimizer: Optimizer, scheduler: LambdaLR, parameters: list[torch.nn.Parameter], max_grad_norm: float
-) -> float:
-    """Clip, step (only on a finite gradient) and advance the schedule; returns the gradient norm."""
-    grad_norm = torch.nn.utils.clip_grad_norm_(parameters, max_grad_norm if max_grad_norm > 0 else math.inf).item()
-    if math.isfinite(grad_norm):
-        optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-    scheduler.step()
-    return grad_norm
 
 
 class GRPOLearner:
@@ -310,7 +161,9 @@ class GRPOLearner:
                 loss_metrics["entropy"] = masked_mean(entropy, chunk.completion_mask)
                 for name, value in loss_metrics.items():
                     metrics[name] = metrics.get(name, 0.0) + value * row_share
-            metrics["grad_norm"] = optimizer_update(self.optimizer, self.scheduler, self.parameters, config.max_grad_norm)
+            metrics["grad_norm"] = optimizer_update(
+                self.optimizer, self.scheduler, self.parameters, config.max_grad_norm, loss=metrics["loss"]
+            )
             for name, value in metrics.items():
                 totals[name] = totals.get(name, 0.0) + value / config.num_iterations
         return totals
@@ -358,93 +211,6 @@ class GRPOLearner:
         return metrics, tokens
 
 
-def is_due(step: int, every: int) -> bool:
-    return every > 0 and step % every == 0
-
-
-def samples_due(step: int, every: int, last_step: int) -> bool:
-    """Every `every` steps and at the last one (what the finished policy writes), unless `every` is 0."""
-    return every > 0 and (step % every == 0 or step == last_step)
-
-
-@dataclass
-class OnlineRun:
-    """What the online driver needs: the trained model, its optimizer and schedule, the prompt order and
-    a `step` function doing one rollout and its updates."""
-
-    config: OnlineConfig
-    model: PreTrainedModel
-    tokenizer: PreTrainedTokenizerBase
-    optimizer: Optimizer
-    scheduler: LambdaLR
-    order: DataOrder
-    steps: int
-    step: Callable[[int, bool], tuple[dict[str, float], int]]  # (step, record samples) -> (metrics, tokens)
-    evaluate: Callable[[], dict[str, float]] | None
-    extra_models: dict[str, PreTrainedModel] | None = None
-
-
-def run_online(run: OnlineRun, sink: Sink, resume_state: dict[str, Any] | None) -> TrainResult:
-    """Steps with logging, evaluation, checkpoints (exact resume), the stop check and the NaN check."""
-    config = run.config
-    start_step, tokens_seen = restore_training_state(resume_state, run.optimizer, run.scheduler, run.order)
-
-    def checkpoint(step: int) -> str:
-        path = save_checkpoint(
-            checkpoint_dir(config, step),
-            step=step,
-            tokens_seen=tokens_seen,
-            config=config,
-            model=run.model,
-            tokenizer=run.tokenizer,
-            optimizer=run.optimizer,
-            scheduler=run.scheduler,
-            data_order=run.order,
-            extra_models=run.extra_models,
-        )
-        sink.checkpoint(step, str(path))
-        retain_checkpoints(config, sink, path)
-        return str(path)
-
-    sink.start(total_steps=run.steps, start_step=start_step)
-    metrics: dict[str, float] = {}
-    last_checkpoint: str | None = None
-    step = start_step
-    for step in range(start_step + 1, run.steps + 1):
-        started = time.perf_counter()
-        lr = run.scheduler.get_last_lr()[0]
-        metrics, step_tokens = run.step(step, samples_due(step, config.sample_every, run.steps))
-        metrics["lr"] = lr
-        elapsed = time.perf_counter() - started
-        tokens_seen += step_tokens
-        metrics["time/step_s"] = elapsed
-        metrics["throughput/tokens_per_s"] = step_tokens / elapsed
-        if run.evaluate is not None and (is_due(step, config.eval_every) or step == run.steps):
-            metrics.update(run.evaluate())
-        diverged = not all(math.isfinite(metrics[name]) for name in ("loss", "grad_norm"))
-        if is_due(step, config.log_every) or step == run.steps or diverged:
-            sink.log(step, metrics, tokens_seen=tokens_seen)
-        check_finite(step, metrics)
-        stop = sink.should_stop()
-        if is_due(step, config.checkpoint_every) or step == run.steps or stop:
-            last_checkpoint = checkpoint(step)
-        if stop:
-            return TrainResult(step, metrics, last_checkpoint, True, tokens_seen)
-    return TrainResult(step, metrics, last_checkpoint, False, tokens_seen)
-
-
-def accuracy_evaluator(
-    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, eval_data: Sequence[dict] | None, max_new_tokens: int
-) -> Callable[[], dict[str, float]] | None:
-    if not has_answers(eval_data):
-        return None
-
-    def evaluate() -> dict[str, float]:
-        return {"eval/accuracy": generation_accuracy(model, tokenizer, eval_data, max_new_tokens=max_new_tokens)}
-
-    return evaluate
-
-
 @torch.no_grad()
 def sampled_accuracy(
     model: PreTrainedModel,
@@ -464,75 +230,6 @@ def sampled_accuracy(
         for i, text in enumerate(samples.texts)
     )
     return correct / len(samples.texts)
-
-
-def prompt_drawer(data: Sequence[dict], order: DataOrder, batch_size: int) -> Callable[[], list[dict]]:
-    return lambda: [data[i] for i in order.next_batch(batch_size)]
-
-
-def prepare_online(
-    config: OnlineConfig, data: Sequence[dict]
-) -> tuple[dict[str, Any] | None, PreTrainedTokenizerBase, PreTrainedModel]:
-    """Validate config and data, seed, and load the policy (from the checkpoint when resuming)."""
-    config.validate()
-    check_prompt_rows(data, config)
-    seed_everything(config.seed)
-    resume_state = resume_state_for(config)
-    weights, adapter = model_source(config)
-    tokenizer = load_tokenizer(config.resume_from or config.model)
-    check_prompt_lengths(data, tokenizer, config)
-    policy = load_policy(
-        weights,
-        lora=LoraOptions.from_config(config),
-        adapter=adapter,
-        gradient_checkpointing=config.gradient_checkpointing,
-    )
-    return resume_state, tokenizer, policy
-
-
-class Learner(Protocol):
-    """One online algorithm's state and its step (rollout + updates); GRPOLearner and ppo.PPOLearner."""
-
-    config: OnlineConfig
-    policy: PreTrainedModel
-    optimizer: Optimizer
-    scheduler: LambdaLR
-
-    def step(
-        self, step: int, draw_rows: Callable[[], list[dict]], sink: Sink, *, record_samples: bool
-    ) -> tuple[dict[str, float], int]:
-        """Sample, score and update (recording a few samples through `sink` when `record_samples`); returns
-        the step's metrics and the tokens it trained on."""
-
-
-def run_learner(
-    learner: Learner,
-    data: Sequence[dict],
-    sink: Sink,
-    *,
-    eval_data: Sequence[dict] | None,
-    tokenizer: PreTrainedTokenizerBase,
-    steps: int,
-    resume_state: dict[str, Any] | None,
-    extra_models: dict[str, PreTrainedModel] | None = None,
-) -> TrainResult:
-    """Drive `learner.step` over prompts drawn in the seeded data order (GRPO and PPO)."""
-    config = learner.config
-    order = DataOrder(len(data), config.seed)
-    draw_rows = prompt_drawer(data, order, config.batch_size)
-    run = OnlineRun(
-        config=config,
-        model=learner.policy,
-        tokenizer=tokenizer,
-        optimizer=learner.optimizer,
-        scheduler=learner.scheduler,
-        order=order,
-        steps=steps,
-        step=lambda step, record_samples: learner.step(step, draw_rows, sink, record_samples=record_samples),
-        evaluate=accuracy_evaluator(learner.policy, tokenizer, eval_data, config.max_new_tokens),
-        extra_models=extra_models,
-    )
-    return run_online(run, sink, resume_state)
 
 
 def train(

@@ -1,6 +1,6 @@
 """What every training loop shares: seeding, optimizer and schedule, data order, timing, the NaN check,
-checkpoints that resume exactly, and `run_steps`, the step driver of the offline kinds (reward model, SFT,
-DPO). Online kinds (GRPO, PPO) reuse the pieces and write their own driver.
+checkpoints that resume exactly, and `train_loop`, the one training loop of every kind (`run_steps` feeds it
+the offline kinds' micro-batches; trainer.rollout feeds it the online kinds' rollouts).
 
 A checkpoint `output_dir/checkpoints/step-N/` holds the model and tokenizer (save_pretrained) and
 `trainer_state.pt`: step, tokens seen, optimizer, scheduler, data order and the python / numpy / torch RNG
@@ -252,7 +252,7 @@ class Objective(Protocol):
 
 @dataclass
 class LoopParts:
-    """What `run_steps` drives: built by each kind's train() (a resume fills `resume_state`)."""
+    """What `run_steps` drives: built by each offline kind's train() (a resume fills `resume_state`)."""
 
     config: BaseConfig
     model: PreTrainedModel
@@ -281,79 +281,141 @@ def restore_training_state(
     return state["step"], state["tokens_seen"]
 
 
-def run_steps(parts: LoopParts, sink: Sink) -> TrainResult:
-    """Optimizer steps with gradient accumulation, clipping, warm-up schedule, logging, evaluation, samples,
-    checkpoints and a stop check every step. Raises TrainingDiverged on a NaN/Inf loss or gradient norm."""
-    config, model = parts.config, parts.model
-    steps = total_steps(config, parts.dataset_size)
-    optimizer = build_optimizer(model, config)
-    scheduler = build_scheduler(optimizer, config, steps)
-    order = DataOrder(parts.dataset_size, config.seed)
-    start_step, tokens_seen = restore_training_state(parts.resume_state, optimizer, scheduler, order)
-    trainable = [p for p in model.parameters() if p.requires_grad]
-    clip_norm = config.max_grad_norm if config.max_grad_norm > 0 else math.inf
+def optimizer_update(
+    optimizer: Optimizer, scheduler: LambdaLR, parameters: list[torch.nn.Parameter], max_grad_norm: float,
+    *, loss: float,
+) -> float:
+    """Clip, step (only when the loss and the gradient are finite) and advance the schedule: the one place
+    every kind steps its optimizer and scheduler. Returns the gradient norm."""
+    grad_norm = torch.nn.utils.clip_grad_norm_(parameters, max_grad_norm if max_grad_norm > 0 else math.inf).item()
+    if math.isfinite(loss) and math.isfinite(grad_norm):
+        optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    scheduler.step()
+    return grad_norm
 
-    def checkpoint(step: int) -> str:
-        path = save_checkpoint(
-            checkpoint_dir(config, step),
-            step=step,
-            tokens_seen=tokens_seen,
-            config=config,
-            model=model,
-            tokenizer=parts.tokenizer,
-            optimizer=optimizer,
-            scheduler=scheduler,
-            data_order=order,
-        )
-        sink.checkpoint(step, str(path))
-        retain_checkpoints(config, sink, path)
-        return str(path)
 
+StepFunction = Callable[[int, bool], tuple[dict[str, float], int]]  # (step, record samples) -> (metrics, tokens)
+
+
+@dataclass
+class Training:
+    """What `train_loop` drives, for every kind: the trained model with its optimizer, schedule and data order,
+    and `step`, one step's work (offline: the batch's micro-batches and one update; online: a rollout and its
+    updates), which records samples when asked and returns the step's metrics and the tokens it trained on."""
+
+    config: BaseConfig
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+    optimizer: Optimizer
+    scheduler: LambdaLR
+    order: DataOrder
+    steps: int
+    step: StepFunction
+    evaluate: Callable[[], dict[str, float]] | None = None
+    # offline kinds write samples by generating from the model once the step is checked
+    write_samples: Callable[[int], None] | None = None
+    extra_models: dict[str, PreTrainedModel] | None = None
+    resume_state: dict[str, Any] | None = None
+
+
+def train_loop(run: Training, sink: Sink) -> TrainResult:
+    """The training loop of every kind: step, evaluate, log, check for divergence, samples, checkpoint, stop.
+    Raises TrainingDiverged on a NaN/Inf loss or gradient norm (after logging the step)."""
+    config, steps = run.config, run.steps
+    # resume: optimizer, schedule, data order and RNG exactly where the checkpoint left them
+    start_step, tokens_seen = restore_training_state(run.resume_state, run.optimizer, run.scheduler, run.order)
     sink.start(total_steps=steps, start_step=start_step)
-    model.train()
     metrics: dict[str, float] = {}
     last_checkpoint: str | None = None
     step = start_step
     for step in range(start_step + 1, steps + 1):
+        # step: forward, backward and the optimizer updates (which advance the schedule)
         started = time.perf_counter()
-        metrics = _one_step(parts, optimizer, trainable, order, step, clip_norm)
-        metrics["lr"] = scheduler.get_last_lr()[0]
-        scheduler.step()
+        lr = run.scheduler.get_last_lr()[0]
+        metrics, step_tokens = run.step(step, samples_due(step, config.sample_every, steps))
+        metrics["lr"] = lr
         elapsed = time.perf_counter() - started
-        step_tokens = int(metrics.pop("tokens"))
         tokens_seen += step_tokens
         metrics["time/step_s"] = elapsed
         metrics["throughput/tokens_per_s"] = step_tokens / elapsed
+        # evaluate on schedule and at the end, but not a model a diverged step has just broken
         diverged = not all(math.isfinite(metrics[name]) for name in ("loss", "grad_norm"))
-        if parts.evaluate is not None and not diverged and (_due(step, config.eval_every) or step == steps):
-            metrics.update(parts.evaluate())
-        if _due(step, config.log_every) or step == steps or diverged:
+        if run.evaluate is not None and not diverged and (is_due(step, config.eval_every) or step == steps):
+            metrics.update(run.evaluate())
+        # log, then stop on divergence with the diverged step on record
+        if is_due(step, config.log_every) or step == steps or diverged:
             sink.log(step, metrics, tokens_seen=tokens_seen)
         check_finite(step, metrics)
-        if _due(step, config.sample_every) and parts.write_samples is not None:
-            parts.write_samples(step)
+        if run.write_samples is not None and is_due(step, config.sample_every):
+            run.write_samples(step)
+        # checkpoint on schedule, at the end and before stopping on request
         stop = sink.should_stop()
-        if _due(step, config.checkpoint_every) or step == steps or stop:
-            last_checkpoint = checkpoint(step)
+        if is_due(step, config.checkpoint_every) or step == steps or stop:
+            last_checkpoint = _checkpoint(run, sink, step, tokens_seen)
         if stop:
             return TrainResult(step, metrics, last_checkpoint, True, tokens_seen)
     return TrainResult(step, metrics, last_checkpoint, False, tokens_seen)
 
 
-def _due(step: int, every: int) -> bool:
+def _checkpoint(run: Training, sink: Sink, step: int, tokens_seen: int) -> str:
+    path = save_checkpoint(
+        checkpoint_dir(run.config, step),
+        step=step,
+        tokens_seen=tokens_seen,
+        config=run.config,
+        model=run.model,
+        tokenizer=run.tokenizer,
+        optimizer=run.optimizer,
+        scheduler=run.scheduler,
+        data_order=run.order,
+        extra_models=run.extra_models,
+    )
+    sink.checkpoint(step, str(path))
+    retain_checkpoints(run.config, sink, path)
+    return str(path)
+
+
+def is_due(step: int, every: int) -> bool:
     return every > 0 and step % every == 0
 
 
-def _one_step(
+def samples_due(step: int, every: int, last_step: int) -> bool:
+    """Every `every` steps and at the last one (what the finished policy writes), unless `every` is 0."""
+    return every > 0 and (step % every == 0 or step == last_step)
+
+
+def run_steps(parts: LoopParts, sink: Sink) -> TrainResult:
+    """The offline kinds (reward model, SFT, DPO): optimizer steps with gradient accumulation over the
+    objective's micro-batches, driven by train_loop."""
+    config, model = parts.config, parts.model
+    steps = total_steps(config, parts.dataset_size)
+    optimizer = build_optimizer(model, config)
+    scheduler = build_scheduler(optimizer, config, steps)
+    order = DataOrder(parts.dataset_size, config.seed)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+
+    def step(number: int, _record_samples: bool) -> tuple[dict[str, float], int]:
+        return _offline_step(parts, optimizer, scheduler, trainable, order.next_batch(config.batch_size), number)
+
+    model.train()
+    return train_loop(
+        Training(config=config, model=model, tokenizer=parts.tokenizer, optimizer=optimizer, scheduler=scheduler,
+                 order=order, steps=steps, step=step, evaluate=parts.evaluate, write_samples=parts.write_samples,
+                 resume_state=parts.resume_state),
+        sink,
+    )
+
+
+def _offline_step(
     parts: LoopParts,
     optimizer: Optimizer,
+    scheduler: LambdaLR,
     trainable: list[torch.nn.Parameter],
-    order: DataOrder,
+    indices: list[int],
     step: int,
-    clip_norm: float,
-) -> dict[str, float]:
+) -> tuple[dict[str, float], int]:
     config = parts.config
-    indices = order.next_batch(config.batch_size)
     totals: dict[str, float] = {}
     loss_total, tokens = 0.0, 0
     for output in parts.objective.micro_batches(indices, config.grad_accum_steps):
@@ -365,11 +427,8 @@ def _one_step(
         tokens += output.tokens
         for name, value in output.metrics.items():
             totals[name] = totals.get(name, 0.0) + value / config.grad_accum_steps
-    grad_norm = torch.nn.utils.clip_grad_norm_(trainable, clip_norm).item()
-    if math.isfinite(loss_total) and math.isfinite(grad_norm):
-        optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-    return {"loss": loss_total, "grad_norm": grad_norm, **totals, "tokens": float(tokens)}
+    grad_norm = optimizer_update(optimizer, scheduler, trainable, config.max_grad_norm, loss=loss_total)
+    return {"loss": loss_total, "grad_norm": grad_norm, **totals}, tokens
 
 
 def model_source(config: BaseConfig) -> tuple[str, str | None]:

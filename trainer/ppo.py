@@ -23,11 +23,14 @@ from transformers import PreTrainedModel
 
 from trainer.config import ConfigError, PPOConfig
 from trainer.generation import GroupSamples, HFGenerationBackend, completion_logprobs, position_ids_from_mask
-from trainer.grpo import (
+from trainer.loop import TrainResult, build_scheduler, optimizer_update, total_steps
+from trainer.losses import gae, policy_loss, value_loss
+from trainer.models import load_reference, load_reward_model
+from trainer.rewards import Rewarder
+from trainer.rollout import (
     ScoredGroups,
     build_rewarder,
     masked_mean,
-    optimizer_update,
     prepare_online,
     record_rollout_samples,
     reward_metrics,
@@ -35,10 +38,6 @@ from trainer.grpo import (
     sample_and_score,
     sampling_params,
 )
-from trainer.loop import TrainResult, build_scheduler, total_steps
-from trainer.losses import gae, policy_loss, value_loss
-from trainer.models import load_reference, load_reward_model
-from trainer.rewards import Rewarder
 from trainer.sink import Sink
 
 CRITIC_DIR = "critic"
@@ -133,7 +132,7 @@ class PPOLearner:
             for rows in torch.randperm(mask.shape[0]).chunk(config.num_mini_batches):
                 metrics = self._minibatch(step, samples.select_rows(rows), rows, rollout, advantages)
                 metrics["grad_norm"] = optimizer_update(
-                    self.optimizer, self.scheduler, self.parameters, config.max_grad_norm
+                    self.optimizer, self.scheduler, self.parameters, config.max_grad_norm, loss=metrics["loss"]
                 )
                 for name, value in metrics.items():
                     totals[name] = totals.get(name, 0.0) + value / updates

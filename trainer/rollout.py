@@ -1,0 +1,240 @@
+"""The online machinery GRPO and PPO share: drawing prompts, sampling groups of completions, scoring them
+with the rewards, the reward metrics and sample records, and `run_learner`, which hands an online learner's
+step to the one training loop (trainer.loop.train_loop).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+from torch import Tensor
+from torch.optim import Optimizer
+from torch.optim.lr_scheduler import LambdaLR
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from trainer.config import OnlineConfig
+from trainer.data import DataError, Limits, check_rows, encode_prompt
+from trainer.evaluation import generation_accuracy, has_answers
+from trainer.generation import GroupSamples, HFGenerationBackend, SamplingParams, concat_samples
+from trainer.loop import (
+    DataOrder,
+    Training,
+    TrainResult,
+    model_source,
+    resume_state_for,
+    seed_everything,
+    train_loop,
+)
+from trainer.models import LoraOptions, load_policy, load_tokenizer
+from trainer.rewards import Rewarder, RewardModelScorer, reward_inputs
+from trainer.sink import Sink
+
+
+@dataclass
+class ScoredGroups:
+    """Sampled completions of `rows` (one row per prompt) with their rewards; per_function is unweighted."""
+
+    samples: GroupSamples
+    rows: list[dict]
+    rewards: list[float]
+    per_function: dict[str, list[float]]
+
+    def keep_groups(self, groups: list[int]) -> ScoredGroups:
+        size = self.samples.group_size
+        completion_rows = [g * size + i for g in groups for i in range(size)]
+        return ScoredGroups(
+            samples=self.samples.select_groups(groups),
+            rows=[self.rows[g] for g in groups],
+            rewards=[self.rewards[i] for i in completion_rows],
+            per_function={name: [values[i] for i in completion_rows] for name, values in self.per_function.items()},
+        )
+
+
+def concat_scored(parts: Sequence[ScoredGroups], *, pad_token_id: int) -> ScoredGroups:
+    return ScoredGroups(
+        samples=concat_samples([p.samples for p in parts], pad_token_id=pad_token_id),
+        rows=[row for p in parts for row in p.rows],
+        rewards=[r for p in parts for r in p.rewards],
+        per_function={name: [v for p in parts for v in p.per_function[name]] for name in parts[0].per_function},
+    )
+
+
+def build_rewarder(config: OnlineConfig) -> Rewarder:
+    scorer = RewardModelScorer(config.reward_model) if config.reward_model else None
+    return Rewarder(config.rewards, scorer=scorer, scorer_weight=config.reward_model_weight)
+
+
+def check_prompt_rows(rows: Sequence[dict], config: OnlineConfig, *, name: str = "training data") -> None:
+    """Every row needs a prompt; `answer_match` also needs an answer in every row."""
+    check_rows(rows, ("prompt",), name=name)
+    if "answer_match" in config.rewards:
+        for index, row in enumerate(rows):
+            if not isinstance(row.get("answer"), str | int | float):
+                raise DataError(f"{name} row {index}: missing field 'answer' (the answer_match reward needs it)")
+
+
+def check_prompt_lengths(
+    rows: Sequence[dict], tokenizer: PreTrainedTokenizerBase, config: OnlineConfig, *, name: str = "training data"
+) -> None:
+    """Every prompt has at least one token and at most max_prompt_length (a DataError names the row)."""
+    limits = Limits(max_length=config.max_length, max_prompt_length=config.max_prompt_length)
+    for index, row in enumerate(rows):
+        encode_prompt(tokenizer, row["prompt"], limits, index=index, name=name)
+
+
+def sample_and_score(
+    backend: HFGenerationBackend,
+    rewarder: Rewarder,
+    rows: list[dict],
+    params: SamplingParams,
+    config: OnlineConfig,
+    timings: dict[str, float],
+) -> ScoredGroups:
+    """Sample and score; adds the seconds spent to timings["time/generation_s"] and ["time/scoring_s"]."""
+    started = time.perf_counter()
+    samples = backend.generate([row["prompt"] for row in rows], params)
+    generated = time.perf_counter()
+    group = params.group_size
+    breakdown = rewarder(
+        reward_inputs(
+            [row["prompt"] for row in rows for _ in range(group)],
+            samples.texts,
+            [row.get("answer") for row in rows for _ in range(group)],
+            lengths=samples.lengths.tolist(),
+            truncated=samples.truncated.tolist(),
+            max_length=config.max_new_tokens,
+            overlong_buffer=config.overlong_buffer,
+        )
+    )
+    timings["time/generation_s"] = timings.get("time/generation_s", 0.0) + generated - started
+    timings["time/scoring_s"] = timings.get("time/scoring_s", 0.0) + time.perf_counter() - generated
+    return ScoredGroups(samples, rows, breakdown.total, breakdown.per_function)
+
+
+def sampling_params(config: OnlineConfig, group_size: int) -> SamplingParams:
+    return SamplingParams(
+        group_size=group_size,
+        max_new_tokens=config.max_new_tokens,
+        temperature=config.temperature,
+        top_p=config.top_p,
+        top_k=config.top_k,
+    )
+
+
+def reward_metrics(scored: ScoredGroups) -> dict[str, float]:
+    rewards = torch.tensor(scored.rewards)
+    samples = scored.samples
+    metrics = {
+        "reward/mean": rewards.mean().item(),
+        "reward/std": rewards.std().item() if rewards.numel() > 1 else 0.0,
+        "completion/mean_length": samples.lengths.float().mean().item(),
+        "completion/clipped_ratio": samples.truncated.float().mean().item(),
+    }
+    for name, values in scored.per_function.items():
+        metrics[f"reward/{name}"] = sum(values) / len(values)
+    return metrics
+
+
+def record_rollout_samples(
+    sink: Sink, step: int, scored: ScoredGroups, advantages: Tensor, count: int
+) -> None:
+    """The first `count` completions of the step, with each function's reward and the advantage."""
+    size = scored.samples.group_size
+    for i in range(min(count, len(scored.rewards))):
+        sink.sample(
+            step,
+            scored.rows[i // size]["prompt"],
+            scored.samples.texts[i],
+            {name: values[i] for name, values in scored.per_function.items()},
+            advantage=float(advantages[i].mean()),
+        )
+
+
+def masked_mean(values: Tensor, mask: Tensor) -> float:
+    return ((values * mask).sum() / mask.sum().clamp(min=1)).item()
+
+
+def accuracy_evaluator(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, eval_data: Sequence[dict] | None, max_new_tokens: int
+) -> Callable[[], dict[str, float]] | None:
+    if not has_answers(eval_data):
+        return None
+
+    def evaluate() -> dict[str, float]:
+        return {"eval/accuracy": generation_accuracy(model, tokenizer, eval_data, max_new_tokens=max_new_tokens)}
+
+    return evaluate
+
+
+def prompt_drawer(data: Sequence[dict], order: DataOrder, batch_size: int) -> Callable[[], list[dict]]:
+    return lambda: [data[i] for i in order.next_batch(batch_size)]
+
+
+def prepare_online(
+    config: OnlineConfig, data: Sequence[dict]
+) -> tuple[dict[str, Any] | None, PreTrainedTokenizerBase, PreTrainedModel]:
+    """Validate config and data, seed, and load the policy (from the checkpoint when resuming)."""
+    config.validate()
+    check_prompt_rows(data, config)
+    seed_everything(config.seed)
+    resume_state = resume_state_for(config)
+    weights, adapter = model_source(config)
+    tokenizer = load_tokenizer(config.resume_from or config.model)
+    check_prompt_lengths(data, tokenizer, config)
+    policy = load_policy(
+        weights,
+        lora=LoraOptions.from_config(config),
+        adapter=adapter,
+        gradient_checkpointing=config.gradient_checkpointing,
+    )
+    return resume_state, tokenizer, policy
+
+
+class Learner(Protocol):
+    """One online algorithm's state and its step (rollout + updates); GRPOLearner and ppo.PPOLearner."""
+
+    config: OnlineConfig
+    policy: PreTrainedModel
+    optimizer: Optimizer
+    scheduler: LambdaLR
+
+    def step(
+        self, step: int, draw_rows: Callable[[], list[dict]], sink: Sink, *, record_samples: bool
+    ) -> tuple[dict[str, float], int]:
+        """Sample, score and update (recording a few samples through `sink` when `record_samples`); returns
+        the step's metrics and the tokens it trained on."""
+
+
+def run_learner(
+    learner: Learner,
+    data: Sequence[dict],
+    sink: Sink,
+    *,
+    eval_data: Sequence[dict] | None,
+    tokenizer: PreTrainedTokenizerBase,
+    steps: int,
+    resume_state: dict[str, Any] | None,
+    extra_models: dict[str, PreTrainedModel] | None = None,
+) -> TrainResult:
+    """Drive `learner.step` over prompts drawn in the seeded data order (GRPO and PPO)."""
+    config = learner.config
+    order = DataOrder(len(data), config.seed)
+    draw_rows = prompt_drawer(data, order, config.batch_size)
+    run = Training(
+        config=config,
+        model=learner.policy,
+        tokenizer=tokenizer,
+        optimizer=learner.optimizer,
+        scheduler=learner.scheduler,
+        order=order,
+        steps=steps,
+        step=lambda step, record_samples: learner.step(step, draw_rows, sink, record_samples=record_samples),
+        evaluate=accuracy_evaluator(learner.policy, tokenizer, eval_data, config.max_new_tokens),
+        extra_models=extra_models,
+        resume_state=resume_state,
+    )
+    return train_loop(run, sink)
