@@ -1,4 +1,8 @@
-"""Celery tasks. Each takes ids, calls a service, and returns something small and JSON-serialisable."""
+"""Celery tasks. Each takes ids, calls the job's execution (workers/training.py, workers/sampling.py) or a
+service, and returns something small and JSON-serialisable.
+
+The web process imports this module to queue tasks, so the executions (which import torch) are imported
+inside the tasks that run them, on the worker."""
 
 import os
 import socket
@@ -21,8 +25,8 @@ def health_ping() -> dict:
 
 @app.task(name="workers.tasks.run_training")
 def run_training(run_id: int) -> None:
-    """Run one training run on this (GPU) worker; everything else happens in the run's services."""
-    from webapp.experiments.services import run_execute
+    """Train one run on this (GPU) worker."""
+    from workers.training import run_execute
 
     run_execute(run_id=run_id)
 
@@ -30,6 +34,6 @@ def run_training(run_id: int) -> None:
 @app.task(name="workers.tasks.sample_responses")
 def sample_responses(job_id: int) -> None:
     """Fill a project's prompts with model responses (a sampling job) on this (GPU) worker."""
-    from webapp.annotation.services import sampling_job_execute
+    from workers.sampling import sampling_job_execute
 
     sampling_job_execute(job_id=job_id)

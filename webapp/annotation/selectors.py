@@ -297,6 +297,14 @@ def prompts_for_training(*, project_id: int) -> list[dict]:
     ]
 
 
+def prompts_to_sample(*, project_id: int, responses_per_prompt: int) -> list[Prompt]:
+    """A sampling job's prompts: the annotatable ones with fewer than `responses_per_prompt` responses."""
+    return list(
+        Prompt.objects.filter(project_id=project_id, annotatable=True, response_count__lt=responses_per_prompt)
+        .order_by("id")
+    )
+
+
 def projects_for_training() -> list[tuple[int, str, int, int]]:
     """(id, name, pair_count, prompt_count) for the launch form's data-source menu."""
     projects = Project.objects.annotate(

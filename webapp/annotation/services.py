@@ -406,69 +406,26 @@ def sampling_job_create(
     return job
 
 
-def _sampling_job_set(job_id: int, **fields: object) -> None:
-    SamplingJob.objects.filter(pk=job_id).update(**fields)
-
-
-def sampling_job_execute(*, job_id: int) -> None:
-    """Runs in a GPU worker: fill each prompt lacking responses up to K with samples from the model."""
+def sampling_job_start(*, job_id: int) -> bool:
+    """Claim a queued sampling job for this worker; False, and nothing written, if it is not queued any more."""
     claimed = SamplingJob.objects.filter(pk=job_id, status=SamplingJob.Status.QUEUED).update(
         status=SamplingJob.Status.RUNNING
     )
     if not claimed:
         logger.info("sampling job %s is not queued any more; nothing to do", job_id)
-        return
-    job = SamplingJob.objects.select_related("project").get(pk=job_id)
-    try:
-        _sample_into_project(job)
-    except Exception as error:
-        logger.exception("sampling job %s failed", job_id)
-        _sampling_job_set(job_id, status=SamplingJob.Status.FAILED, error=storable_text(f"{type(error).__name__}: {error}"),
-                          finished_at=timezone.now())
-        return
-    _sampling_job_set(job_id, status=SamplingJob.Status.SUCCEEDED, finished_at=timezone.now())
+    return bool(claimed)
 
 
-def _sample_into_project(job: SamplingJob) -> None:
-    # Worker-side only: the web process never imports torch.
-    import torch
+def sampling_job_progress(*, job_id: int, done: int, total: int | None = None) -> None:
+    fields = {"progress_done": done} if total is None else {"progress_done": done, "progress_total": total}
+    SamplingJob.objects.filter(pk=job_id).update(**fields)
 
-    from trainer.generation import HFGenerationBackend, SamplingParams
-    from trainer.models import load_policy, load_tokenizer
 
-    options = job.generation_settings
-    per_prompt = int(options["responses_per_prompt"])
-    path = model_path_check(job.model_path)
-    prompts = list(
-        Prompt.objects.filter(project=job.project, annotatable=True, response_count__lt=per_prompt).order_by("id")
+def sampling_job_fail(*, job_id: int, error: str) -> None:
+    SamplingJob.objects.filter(pk=job_id).update(
+        status=SamplingJob.Status.FAILED, error=storable_text(error), finished_at=timezone.now()
     )
-    _sampling_job_set(job.pk, progress_total=len(prompts), progress_done=0)
-    if not prompts:
-        return
-    torch.manual_seed(int(options.get("seed", 0)))
-    tokenizer = load_tokenizer(path)
-    backend = HFGenerationBackend(load_policy(path).eval(), tokenizer)
-    params = SamplingParams(
-        group_size=per_prompt,
-        max_new_tokens=int(options["max_new_tokens"]),
-        temperature=float(options["temperature"]),
-        top_p=float(options["top_p"]),
-    )
-    detail = {"model": job.model_path, "sampling_job": job.pk, **options}
-    batch_size = int(options.get("batch_size", 8))
-    done = 0
-    for start in range(0, len(prompts), batch_size):
-        batch = prompts[start : start + batch_size]
-        samples = backend.generate([_generation_text(prompt, tokenizer) for prompt in batch], params)
-        for index, prompt in enumerate(batch):
-            texts = samples.texts[index * per_prompt : (index + 1) * per_prompt]
-            responses_add(prompt_id=prompt.pk, texts=texts[: per_prompt - prompt.response_count],
-                          source=Response.Source.MODEL, source_detail=detail)
-        done += len(batch)
-        _sampling_job_set(job.pk, progress_done=done)
 
 
-def _generation_text(prompt: Prompt, tokenizer) -> str:
-    if prompt.messages and getattr(tokenizer, "chat_template", None):
-        return tokenizer.apply_chat_template(prompt.messages, tokenize=False, add_generation_prompt=True)
-    return prompt.text
+def sampling_job_succeed(*, job_id: int) -> None:
+    SamplingJob.objects.filter(pk=job_id).update(status=SamplingJob.Status.SUCCEEDED, finished_at=timezone.now())

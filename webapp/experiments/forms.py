@@ -13,8 +13,9 @@ from django.core.exceptions import ValidationError
 from trainer.config import CONFIG_CLASSES
 from trainer.rewards import REWARD_FUNCTIONS
 from webapp.experiments import selectors
+from webapp.experiments.data_sources import ONLINE_KINDS
 from webapp.experiments.models import ModelRef
-from webapp.experiments.services import MODEL_FIELDS, ONLINE_KINDS, SERVICE_FIELDS, field_architectures
+from webapp.experiments.services import MODEL_FIELDS, SERVICE_FIELDS, field_architectures
 from webapp.text import counted
 
 REWARD_PREFIX = "reward__"

@@ -1,22 +1,19 @@
 """Every write of the experiments app: models, runs (one write path per status change), metrics, samples.
 
-The web process never imports torch: trainer modules are imported inside `run_execute`, which runs in a
-GPU worker.
+The run's execution (loading the trainer, which imports torch) lives in workers/training.py; the worker
+calls the services below for every write it makes, so the web process never imports torch.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import math
 import re
 import shutil
-import traceback
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from importlib import import_module
 from pathlib import Path
 from typing import Any
 
@@ -28,15 +25,11 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from trainer.config import (
-    CONFIG_CLASSES,
-    DEFAULT_ALERT_ENTROPY_BELOW,
-    DEFAULT_ALERT_KL_ABOVE,
-    ConfigError,
-    config_from_dict,
-)
+from trainer.config import CONFIG_CLASSES, ConfigError, config_from_dict
 from trainer.sink import encode_json_value
 from webapp.experiments import selectors
+from webapp.experiments.alerts import AlertThresholds, alerts_for
+from webapp.experiments.data_sources import REQUIRED_UPLOAD_FIELDS, data_source_check
 from webapp.experiments.models import MODEL_FIELDS, MetricRow, ModelRef, Run, Sample
 from webapp.text import storable_text
 
@@ -54,19 +47,6 @@ TRANSITIONS: dict[str, set[str]] = {
 }
 # Set by the service, never by a form: where the run writes, and which checkpoint it continues from.
 SERVICE_FIELDS = ("output_dir", "resume_from")
-ONLINE_KINDS = ("grpo", "ppo")
-PAIR_KINDS = ("reward_model", "dpo")
-REQUIRED_UPLOAD_FIELDS = {
-    "reward_model": ("prompt", "chosen", "rejected"),
-    "dpo": ("prompt", "chosen", "rejected"),
-    "sft": ("prompt", "completion"),
-    "grpo": ("prompt",),
-    "ppo": ("prompt",),
-}
-DATA_SOURCE_TYPES = ("arithmetic", "project_pairs", "project_prompts", "upload")
-ARITHMETIC_EVAL_ROWS = 8
-TRACEBACK_LINES = 30
-
 
 # --- models -------------------------------------------------------------------------------------------
 
@@ -281,58 +261,6 @@ def upload_store(*, file: UploadedFile, kind: str) -> dict[str, Any]:
     return {"type": "upload", "path": str(path), "name": file.name, "rows": count}
 
 
-def _check_data_source(kind: str, source: Mapping[str, Any]) -> None:
-    source_type = source.get("type")
-    if source_type not in DATA_SOURCE_TYPES:
-        raise ValidationError({"data_source": f"unknown data source {source_type!r}"})
-    if source_type == "arithmetic":
-        level, size = source.get("level"), source.get("size")
-        if level not in (1, 2, 3):
-            raise ValidationError({"level": f"must be 1, 2 or 3, got {level!r}"})
-        if not isinstance(size, int) or size < 1:
-            raise ValidationError({"size": f"must be a positive number of problems, got {size!r}"})
-    elif source_type == "project_pairs" and kind in ONLINE_KINDS:
-        raise ValidationError({"data_source": f"{kind} trains on prompts: choose a project's prompts"})
-    elif source_type == "project_prompts" and kind not in ONLINE_KINDS:
-        raise ValidationError({"data_source": f"{kind} needs preference pairs or an uploaded file, not prompts"})
-    elif source_type == "upload" and not Path(str(source.get("path", ""))).is_file():
-        raise ValidationError({"upload": "the uploaded file is missing; upload it again"})
-    if source_type.startswith("project_") and not isinstance(source.get("project_id"), int):
-        raise ValidationError({"project": "choose a project"})
-
-
-def _arithmetic_rows(kind: str, level: int, split: str, count: int) -> list[dict]:
-    from trainer.tasks import arithmetic
-
-    if level == 1:
-        count = min(count, len(arithmetic.problems(1, split)))  # level 1 has only 100 problems in all
-    if kind in PAIR_KINDS:
-        return arithmetic.preference_rows(level, split, count)
-    if kind == "sft":
-        return arithmetic.sft_rows(level, split, count)
-    return [{"prompt": p.prompt, "answer": str(p.answer)} for p in arithmetic.problems(level, split, count)]
-
-
-def training_rows(kind: str, source: Mapping[str, Any]) -> tuple[list[dict], list[dict] | None]:
-    """(training rows, held-out rows or None) for a run's data source, in the trainer's row format."""
-    source_type = source["type"]
-    if source_type == "arithmetic":
-        return (
-            _arithmetic_rows(kind, source["level"], "train", source["size"]),
-            _arithmetic_rows(kind, source["level"], "test", ARITHMETIC_EVAL_ROWS),
-        )
-    if source_type == "upload":
-        lines = Path(source["path"]).read_text(encoding="utf-8").splitlines()
-        return [json.loads(line) for line in lines if line.strip()], None
-    selectors = import_module("webapp.annotation.selectors")
-    if source_type == "project_prompts":
-        return selectors.prompts_for_training(project_id=source["project_id"]), None
-    pairs = selectors.preference_pairs_for_training(project_id=source["project_id"])
-    if kind == "sft":
-        return [{"prompt": pair["prompt"], "completion": pair["chosen"]} for pair in pairs], None
-    return pairs, None
-
-
 # --- runs ------------------------------------------------------------------------------------------------
 
 
@@ -373,7 +301,7 @@ def run_create(
 ) -> Run:
     """Validate the config with the trainer's dataclass, store the run and queue it once committed."""
     _validated_config(kind, config, str(settings.RUNS_DIR / "new"))
-    _check_data_source(kind, data_source)
+    data_source_check(kind, data_source)
     run = Run.objects.create(
         name=name.strip() or f"{kind} run", kind=kind, config={}, data_source=dict(data_source),
         created_by=created_by, parent=parent,
@@ -485,38 +413,23 @@ def _remove_run_directories(directories: list[Path]) -> None:
             logger.warning("not removing %s: it is outside the runs directory %s", directory, runs_dir)
 
 
-def _train_function(kind: str):
-    from trainer.cli import TRAIN_MODULES  # the trainer's own kind -> module dispatch
-
-    if kind not in TRAIN_MODULES:
-        raise ValueError(f"the trainer has no training loop registered for {kind!r} (trainer/cli.py TRAIN_MODULES)")
-    return import_module(TRAIN_MODULES[kind]).train
-
-
-def run_execute(*, run_id: int) -> None:
-    """Train a queued run in this worker; a run that is not queued (e.g. a redelivered task) is left alone."""
-    from webapp.experiments.sink import DatabaseSink
-
+def run_start(*, run_id: int) -> Run | None:
+    """Claim a queued run for this worker (queued -> running); None, and nothing written, if it is not queued
+    (e.g. a redelivered task after its worker was killed)."""
     now = timezone.now()
     with transaction.atomic():
         run = Run.objects.select_for_update().get(pk=run_id)
         if run.status != Status.QUEUED:
             logger.info("run %s is %s, not queued: nothing to do", run_id, run.status)
-            return
+            return None
         _transition(run_id, Status.RUNNING, started_at=now, heartbeat_at=now, error="", finished_at=None)
-    sink = DatabaseSink(run_id)
-    try:
-        config = config_from_dict(run.kind, run.config)
-        data, eval_data = training_rows(run.kind, run.data_source)
-        result = _train_function(run.kind)(config, data, sink, eval_data=eval_data)
-    except Exception as error:
-        sink.close()
-        tail = "".join(traceback.format_exception(error)).splitlines()[-TRACEBACK_LINES:]
-        run_fail(run_id=run_id, error=f"{type(error).__name__}: {error}\n\n" + "\n".join(tail))
-        return
-    sink.close()
-    final = Status.CANCELED if result.stopped else Status.SUCCEEDED
-    _transition(run_id, final, finished_at=timezone.now())
+    run.refresh_from_db()
+    return run
+
+
+def run_finish(*, run_id: int, stopped: bool) -> bool:
+    """The loop returned: canceled if it stopped on request, else succeeded (refused if the run failed meanwhile)."""
+    return _transition(run_id, Status.CANCELED if stopped else Status.SUCCEEDED, finished_at=timezone.now())
 
 
 # --- what the worker's sink writes --------------------------------------------------------------------------
@@ -537,36 +450,6 @@ def run_heartbeat(*, run_id: int) -> None:
     Run.objects.filter(pk=run_id).update(heartbeat_at=timezone.now())
 
 
-@dataclass(frozen=True)
-class AlertThresholds:
-    """When a run is flagged; 0 turns an alert off. The online kinds set them in their config."""
-
-    kl_above: float = DEFAULT_ALERT_KL_ABOVE
-    entropy_below: float = DEFAULT_ALERT_ENTROPY_BELOW
-
-    @classmethod
-    def of(cls, config: Mapping[str, Any]) -> AlertThresholds:
-        return cls(
-            kl_above=float(config.get("alert_kl_above", DEFAULT_ALERT_KL_ABOVE)),
-            entropy_below=float(config.get("alert_entropy_below", DEFAULT_ALERT_ENTROPY_BELOW)),
-        )
-
-
-def _alerts_for(step: int, metrics: Mapping[str, float], thresholds: AlertThresholds) -> list[dict[str, Any]]:
-    alerts = []
-    loss = metrics.get("loss")
-    if loss is not None and not math.isfinite(loss):
-        alerts.append({"kind": "loss_nan", "step": step, "message": f"loss is {loss} at step {step}"})
-    kl, limit = metrics.get("kl"), thresholds.kl_above
-    if kl is not None and math.isfinite(kl) and limit > 0 and kl > limit:
-        alerts.append({"kind": "kl_high", "step": step, "message": f"KL {kl:.3g} above {limit:g} at step {step}"})
-    entropy, floor = metrics.get("entropy"), thresholds.entropy_below
-    if entropy is not None and math.isfinite(entropy) and floor > 0 and entropy < floor:
-        alerts.append({"kind": "entropy_collapse", "step": step,
-                       "message": f"entropy {entropy:.3g} below {floor:g} at step {step}"})
-    return alerts
-
-
 def metric_rows_write(*, run_id: int, rows: Iterable[dict[str, Any]]) -> None:
     """Bulk insert logged steps (update on a repeated step), move the run's progress, raise alerts."""
     rows = list(rows)
@@ -585,7 +468,7 @@ def metric_rows_write(*, run_id: int, rows: Iterable[dict[str, Any]]) -> None:
         )
         run = Run.objects.select_for_update().get(pk=run_id)
         thresholds = AlertThresholds.of(run.config)
-        new_alerts = [alert for row in rows for alert in _alerts_for(row["step"], row["metrics"], thresholds)]
+        new_alerts = [alert for row in rows for alert in alerts_for(row["step"], row["metrics"], thresholds)]
         alerts = list(run.alerts)
         for alert in new_alerts:
             if not any(existing["kind"] == alert["kind"] for existing in alerts):

@@ -12,7 +12,7 @@ from trainer.config import config_from_dict
 from trainer.loop import STATE_FILE, retain_checkpoints
 from webapp.experiments import services
 from webapp.experiments.models import ModelRef
-from webapp.experiments.sink import DatabaseSink
+from workers.training import DatabaseSink
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -9,6 +9,7 @@ from django.utils import timezone
 from tests.webapp.experiments.helpers import ARITHMETIC, small_config
 from webapp.experiments import selectors, services
 from webapp.experiments.models import MetricRow, ModelRef, Run, Sample
+from workers.training import run_execute
 
 pytestmark = pytest.mark.django_db
 
@@ -61,7 +62,7 @@ def test_cancel_a_queued_run_at_once_and_a_running_one_at_its_next_step(tiny_mod
 def test_run_execute_leaves_a_run_that_is_not_queued_alone(tiny_model, researcher, queued):
     run = _create(tiny_model, researcher)
     Run.objects.filter(pk=run.pk).update(status=Run.Status.FAILED, error="killed")
-    services.run_execute(run_id=run.pk)  # e.g. a redelivered task after the worker was killed
+    run_execute(run_id=run.pk)  # e.g. a redelivered task after the worker was killed
     run.refresh_from_db()
     assert run.status == Run.Status.FAILED and run.error == "killed"
 

@@ -1,24 +1,62 @@
-"""The database sink a worker trains through (trainer.sink.Sink): batched metric rows, samples, a heartbeat,
-checkpoints registered as models, and should_stop read from the run.
+"""A run's execution on a GPU worker: database rows -> trainer -> database rows (DESIGN section 2).
 
-A background thread writes the heartbeat and flushes what the loop logged at least once a second, so a step
-slower than the heartbeat timeout still shows the worker alive, and a killed worker loses at most a second.
+`run_execute` claims the queued run, builds its config and training rows, calls the kind's train function
+with a `DatabaseSink`, and reports the outcome; every write goes through the experiments services.
+
+The database sink (trainer.sink.Sink) batches metric rows and samples, registers checkpoints as models and
+reads should_stop from the run. A background thread writes the heartbeat and flushes what the loop logged at
+least once a second, so a step slower than the heartbeat timeout still shows the worker alive, and a killed
+worker loses at most a second.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
-from collections.abc import Mapping
+import traceback
+from collections.abc import Callable, Mapping
 
 from django.db import connection
 
+from trainer import dpo, grpo, ppo, reward_model, sft
+from trainer.config import config_from_dict
 from webapp.experiments import services
+from webapp.experiments.data_sources import training_rows
 from webapp.experiments.models import Run
+
+logger = logging.getLogger(__name__)
 
 FLUSH_INTERVAL_S = 1.0
 # Flush early when this many steps are pending, so one write never grows large.
 MAX_PENDING_ROWS = 500
+TRACEBACK_LINES = 30
+TRAIN_FUNCTIONS: dict[str, Callable] = {
+    "reward_model": reward_model.train,
+    "sft": sft.train,
+    "dpo": dpo.train,
+    "grpo": grpo.train,
+    "ppo": ppo.train,
+}
+
+
+def run_execute(*, run_id: int) -> None:
+    """Train a queued run in this worker; a run that is not queued (e.g. a redelivered task) is left alone."""
+    run = services.run_start(run_id=run_id)
+    if run is None:
+        return
+    sink = DatabaseSink(run_id)
+    try:
+        config = config_from_dict(run.kind, run.config)
+        data, eval_data = training_rows(run.kind, run.data_source)
+        result = TRAIN_FUNCTIONS[run.kind](config, data, sink, eval_data=eval_data)
+    except Exception as error:
+        sink.close()
+        tail = "".join(traceback.format_exception(error)).splitlines()[-TRACEBACK_LINES:]
+        services.run_fail(run_id=run_id, error=f"{type(error).__name__}: {error}\n\n" + "\n".join(tail))
+        return
+    sink.close()
+    services.run_finish(run_id=run_id, stopped=result.stopped)
 
 
 class DatabaseSink:

@@ -1,0 +1,76 @@
+"""A run's data source (built-in arithmetic, a project's pairs or prompts, an uploaded file): what each kind of
+run accepts, and the training rows it becomes, in the trainer's row format. Reads only."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from django.core.exceptions import ValidationError
+
+from trainer.tasks import arithmetic
+from webapp.annotation import selectors as annotation_selectors
+
+ONLINE_KINDS = ("grpo", "ppo")
+PAIR_KINDS = ("reward_model", "dpo")
+REQUIRED_UPLOAD_FIELDS = {
+    "reward_model": ("prompt", "chosen", "rejected"),
+    "dpo": ("prompt", "chosen", "rejected"),
+    "sft": ("prompt", "completion"),
+    "grpo": ("prompt",),
+    "ppo": ("prompt",),
+}
+DATA_SOURCE_TYPES = ("arithmetic", "project_pairs", "project_prompts", "upload")
+ARITHMETIC_EVAL_ROWS = 8
+
+
+def data_source_check(kind: str, source: Mapping[str, Any]) -> None:
+    """Refuse a data source a run of `kind` cannot train on, naming the form field at fault."""
+    source_type = source.get("type")
+    if source_type not in DATA_SOURCE_TYPES:
+        raise ValidationError({"data_source": f"unknown data source {source_type!r}"})
+    if source_type == "arithmetic":
+        level, size = source.get("level"), source.get("size")
+        if level not in (1, 2, 3):
+            raise ValidationError({"level": f"must be 1, 2 or 3, got {level!r}"})
+        if not isinstance(size, int) or size < 1:
+            raise ValidationError({"size": f"must be a positive number of problems, got {size!r}"})
+    elif source_type == "project_pairs" and kind in ONLINE_KINDS:
+        raise ValidationError({"data_source": f"{kind} trains on prompts: choose a project's prompts"})
+    elif source_type == "project_prompts" and kind not in ONLINE_KINDS:
+        raise ValidationError({"data_source": f"{kind} needs preference pairs or an uploaded file, not prompts"})
+    elif source_type == "upload" and not Path(str(source.get("path", ""))).is_file():
+        raise ValidationError({"upload": "the uploaded file is missing; upload it again"})
+    if source_type.startswith("project_") and not isinstance(source.get("project_id"), int):
+        raise ValidationError({"project": "choose a project"})
+
+
+def _arithmetic_rows(kind: str, level: int, split: str, count: int) -> list[dict]:
+    if level == 1:
+        count = min(count, len(arithmetic.problems(1, split)))  # level 1 has only 100 problems in all
+    if kind in PAIR_KINDS:
+        return arithmetic.preference_rows(level, split, count)
+    if kind == "sft":
+        return arithmetic.sft_rows(level, split, count)
+    return [{"prompt": p.prompt, "answer": str(p.answer)} for p in arithmetic.problems(level, split, count)]
+
+
+def training_rows(kind: str, source: Mapping[str, Any]) -> tuple[list[dict], list[dict] | None]:
+    """(training rows, held-out rows or None) for a run's data source, in the trainer's row format."""
+    source_type = source["type"]
+    if source_type == "arithmetic":
+        return (
+            _arithmetic_rows(kind, source["level"], "train", source["size"]),
+            _arithmetic_rows(kind, source["level"], "test", ARITHMETIC_EVAL_ROWS),
+        )
+    if source_type == "upload":
+        lines = Path(source["path"]).read_text(encoding="utf-8").splitlines()
+        return [json.loads(line) for line in lines if line.strip()], None
+    if source_type == "project_prompts":
+        return annotation_selectors.prompts_for_training(project_id=source["project_id"]), None
+    pairs = annotation_selectors.preference_pairs_for_training(project_id=source["project_id"])
+    if kind == "sft":
+        return [{"prompt": pair["prompt"], "completion": pair["chosen"]} for pair in pairs], None
+    return pairs, None
