@@ -69,11 +69,14 @@ def read_run_file(path: str | Path) -> RunFile:
 
 
 def load_data(kind: str, spec: Mapping[str, Any]) -> tuple[list[dict], list[dict] | None]:
-    from trainer.data import read_jsonl_rows
+    from trainer.jsonl import JsonlError, read_jsonl_file
 
     if "train_file" in spec:
-        eval_rows = read_jsonl_rows(spec["eval_file"]) if spec.get("eval_file") else None
-        return read_jsonl_rows(spec["train_file"]), eval_rows
+        try:
+            eval_rows = read_jsonl_file(spec["eval_file"]) if spec.get("eval_file") else None
+            return read_jsonl_file(spec["train_file"]), eval_rows
+        except JsonlError as error:
+            raise UserError(str(error)) from error
     task = spec.get("task")
     if task is None:
         raise UserError("the run file needs data: 'train_file' (JSONL) or 'task: arithmetic'")

@@ -7,7 +7,6 @@ the row index and the field; an empty or whitespace-only completion, chosen or r
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +14,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 from transformers import PreTrainedTokenizerBase
+
+from trainer.jsonl import JsonlError, read_jsonl_file
 
 SFT_FIELDS = ("prompt", "completion")
 PAIR_FIELDS = ("prompt", "chosen", "rejected")
@@ -28,22 +29,10 @@ class DataError(ValueError):
 
 def read_jsonl_rows(path: str | Path) -> list[dict]:
     """Rows of a JSONL file; a line that is not a JSON object is a DataError naming file and line."""
-    rows = []
     try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except OSError as error:
-        raise DataError(f"cannot read data file {path}: {error.strerror}") from error
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise DataError(f"{path}, line {number}: not valid JSON ({error.msg})") from error
-        if not isinstance(row, dict):
-            raise DataError(f"{path}, line {number}: expected a JSON object, got {type(row).__name__}")
-        rows.append(row)
-    return rows
+        return read_jsonl_file(path)
+    except JsonlError as error:
+        raise DataError(str(error)) from error
 
 
 def check_rows(rows: Sequence[dict], required: Sequence[str], *, name: str = "training data") -> None:

@@ -25,14 +25,13 @@ from trainer.answers import answers_match, extract_answer
 from trainer.config import GRPOConfig
 from trainer.generation import GroupSamples, HFGenerationBackend, SamplingParams, completion_logprobs
 from trainer.loop import TrainResult, build_optimizer, build_scheduler, optimizer_update, total_steps
-from trainer.losses import group_advantages, informative_groups, policy_loss
+from trainer.losses import group_advantages, informative_groups, masked_mean, policy_loss
 from trainer.models import load_reference
 from trainer.rewards import Rewarder
 from trainer.rollout import (
     ScoredGroups,
     build_rewarder,
     concat_scored,
-    masked_mean,
     prepare_online,
     record_rollout_samples,
     reward_metrics,
@@ -158,7 +157,7 @@ class GRPOLearner:
                 (loss * share).backward()
                 metrics["loss"] += loss.item() * share
                 row_share = rows.numel() / samples.completion_ids.shape[0]
-                loss_metrics["entropy"] = masked_mean(entropy, chunk.completion_mask)
+                loss_metrics["entropy"] = masked_mean(entropy, chunk.completion_mask).item()
                 for name, value in loss_metrics.items():
                     metrics[name] = metrics.get(name, 0.0) + value * row_share
             metrics["grad_norm"] = optimizer_update(

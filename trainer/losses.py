@@ -41,8 +41,10 @@ def _real_tokens(values: Tensor, real: Tensor) -> Tensor:
     return torch.where(real, values, torch.zeros_like(values))
 
 
-def _masked_mean(values: Tensor, real: Tensor) -> Tensor:
-    """Mean over real tokens; 0 when there are none."""
+def masked_mean(values: Tensor, mask: Tensor) -> Tensor:
+    """Mean of `values` [B, T] over the tokens where `mask` [B, T] is nonzero; 0 when there are none.
+    Padding is left out with where, not by multiplying with the mask, so a NaN on padding stays out."""
+    real = mask.bool()
     return _real_tokens(values, real).sum() / real.sum().clamp(min=1)
 
 
@@ -170,7 +172,7 @@ def policy_loss(
         sequence_means = per_token.sum(dim=1) / tokens_per_sequence.clamp(min=1)
         loss = sequence_means.sum() / (tokens_per_sequence > 0).sum().clamp(min=1)
     elif aggregation == "token-mean":
-        loss = per_token.sum() / real.sum().clamp(min=1)
+        loss = masked_mean(per_token, real)
     else:
         loss = per_token.sum() / per_token.numel()
 
@@ -180,16 +182,16 @@ def policy_loss(
         real_ratios = ratio[real]
         no_tokens = real_ratios.numel() == 0
         metrics = {
-            "clip_ratio/low": _masked_mean(clipped_low.float(), real).item(),
-            "clip_ratio/high": _masked_mean(clipped_high.float(), real).item(),
-            "clip_ratio/region": _masked_mean((clipped_low | clipped_high).float(), real).item(),
+            "clip_ratio/low": masked_mean(clipped_low.float(), real).item(),
+            "clip_ratio/high": masked_mean(clipped_high.float(), real).item(),
+            "clip_ratio/region": masked_mean((clipped_low | clipped_high).float(), real).item(),
             "ratio/mean": float("nan") if no_tokens else real_ratios.mean().item(),
             "ratio/max": float("nan") if no_tokens else real_ratios.max().item(),
             "ratio/min": float("nan") if no_tokens else real_ratios.min().item(),
-            "approx_kl": _masked_mean(0.5 * log_ratio.square(), real).item(),
+            "approx_kl": masked_mean(0.5 * log_ratio.square(), real).item(),
         }
         if kl is not None:
-            metrics["kl"] = _masked_mean(kl, real).item()
+            metrics["kl"] = masked_mean(kl, real).item()
     return loss, metrics
 
 
@@ -236,7 +238,7 @@ def value_loss(
     values, old_values, returns = (_real_tokens(x, real) for x in (values, old_values, returns))
     clipped_values = old_values + (values - old_values).clamp(-clip, clip)
     squared_errors = torch.max((values - returns).square(), (clipped_values - returns).square())
-    return 0.5 * _masked_mean(squared_errors, real)
+    return 0.5 * masked_mean(squared_errors, real)
 
 
 def entropy_from_logits(logits: Tensor) -> Tensor:

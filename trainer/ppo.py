@@ -24,13 +24,12 @@ from transformers import PreTrainedModel
 from trainer.config import ConfigError, PPOConfig
 from trainer.generation import GroupSamples, HFGenerationBackend, completion_logprobs, position_ids_from_mask
 from trainer.loop import TrainResult, build_scheduler, optimizer_update, total_steps
-from trainer.losses import gae, policy_loss, value_loss
+from trainer.losses import gae, masked_mean, policy_loss, value_loss
 from trainer.models import load_reference, load_reward_model
 from trainer.rewards import Rewarder
 from trainer.rollout import (
     ScoredGroups,
     build_rewarder,
-    masked_mean,
     prepare_online,
     record_rollout_samples,
     reward_metrics,
@@ -161,7 +160,7 @@ class PPOLearner:
         )
         values = token_values(self.critic, chunk)
         critic_loss = value_loss(values, rollout.old_values[rows], rollout.returns[rows], mask, clip=config.value_clip)
-        mean_entropy = (entropy * mask).sum() / mask.sum().clamp(min=1)
+        mean_entropy = masked_mean(entropy, mask)
         loss = surrogate + config.vf_coef * critic_loss - config.entropy_coef * mean_entropy
         if config.debug_nan_at_step == step:
             loss = loss * float("nan")
@@ -185,8 +184,8 @@ class PPOLearner:
         mask = samples.completion_mask
         metrics.update(reward_metrics(rollout.scored))
         metrics.update(timings)
-        metrics["kl"] = masked_mean(rollout.kl, mask)
-        metrics["advantage/mean"] = masked_mean(rollout.advantages, mask)
+        metrics["kl"] = masked_mean(rollout.kl, mask).item()
+        metrics["advantage/mean"] = masked_mean(rollout.advantages, mask).item()
         metrics["value/explained_variance"] = explained_variance(rollout.old_values, rollout.returns, mask)
         if record_samples:
             first_token_advantages = rollout.advantages[:, :1]

@@ -154,10 +154,6 @@ def record_rollout_samples(
         )
 
 
-def masked_mean(values: Tensor, mask: Tensor) -> float:
-    return ((values * mask).sum() / mask.sum().clamp(min=1)).item()
-
-
 def accuracy_evaluator(
     model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, eval_data: Sequence[dict] | None, max_new_tokens: int
 ) -> Callable[[], dict[str, float]] | None:

@@ -1,7 +1,7 @@
 """The protocol a training loop reports through, and a sink that writes JSONL files.
 
 Loops never know where their numbers go: the command line passes a `FileSink`, the Celery worker a
-database sink (webapp.experiments), tests a `MemorySink`.
+database sink (workers.training), tests a `MemorySink`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,9 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Protocol, TypedDict, runtime_checkable
+
+from trainer.jsonl import read_jsonl_file
 
 
 @runtime_checkable
@@ -44,6 +46,23 @@ class Sink(Protocol):
         or returns False when it must stay (another run uses it as a model): the trainer then keeps it."""
 
 
+class SampleRow(TypedDict):
+    """One sample as every sink keeps it (samples.jsonl, MemorySink, the database's Sample rows)."""
+
+    step: int
+    prompt: str
+    completion: str
+    rewards: dict[str, float]
+    advantage: float | None
+
+
+def sample_row(
+    step: int, prompt: str, completion: str, rewards: Mapping[str, float], advantage: float | None = None
+) -> SampleRow:
+    """The row of a Sink.sample call."""
+    return {"step": step, "prompt": prompt, "completion": completion, "rewards": dict(rewards), "advantage": advantage}
+
+
 # JSON has no NaN/Inf. Non-finite floats are written as the strings "NaN", "Infinity" and "-Infinity"
 # (the spellings JavaScript's Number() and Python's float() both parse), and read back as floats.
 _NON_FINITE_TEXT = {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}
@@ -73,8 +92,7 @@ def decode_json_value(value: object) -> object:
 
 def read_jsonl(path: str | Path) -> list[dict]:
     """Rows of a metrics.jsonl / samples.jsonl file, non-finite numbers restored."""
-    with open(path, encoding="utf-8") as handle:
-        return [decode_json_value(json.loads(line)) for line in handle if line.strip()]
+    return [decode_json_value(row) for row in read_jsonl_file(path)]
 
 
 class FileSink:
@@ -109,8 +127,7 @@ class FileSink:
         rewards: Mapping[str, float],
         advantage: float | None = None,
     ) -> None:
-        row = {"step": step, "prompt": prompt, "completion": completion, "rewards": dict(rewards), "advantage": advantage}
-        self._append("samples.jsonl", row)
+        self._append("samples.jsonl", sample_row(step, prompt, completion, rewards, advantage))
 
     def should_stop(self) -> bool:
         return self.stop_file is not None and self.stop_file.exists()
@@ -122,7 +139,7 @@ class FileSink:
         self._append("checkpoints.jsonl", {"step": step, "path": path, "removed": True})
         return True
 
-    def _append(self, name: str, row: dict) -> None:
+    def _append(self, name: str, row: Mapping[str, object]) -> None:
         with open(self.output_dir / name, "a", encoding="utf-8") as handle:
             handle.write(json.dumps(encode_json_value(row), allow_nan=False) + "\n")
 
@@ -143,7 +160,7 @@ class MemorySink:
     in_use: set[str] = field(default_factory=set)
     removed: list[tuple[int, str]] = field(default_factory=list)
     metrics: dict[int, dict[str, float]] = field(default_factory=dict)
-    samples: list[dict] = field(default_factory=list)
+    samples: list[SampleRow] = field(default_factory=list)
     checkpoints: list[tuple[int, str]] = field(default_factory=list)
     starts: list[tuple[int, int]] = field(default_factory=list)
     last_step: int = 0
@@ -165,9 +182,7 @@ class MemorySink:
         rewards: Mapping[str, float],
         advantage: float | None = None,
     ) -> None:
-        self.samples.append(
-            {"step": step, "prompt": prompt, "completion": completion, "rewards": dict(rewards), "advantage": advantage}
-        )
+        self.samples.append(sample_row(step, prompt, completion, rewards, advantage))
 
     def should_stop(self) -> bool:
         return self.stop_at_step is not None and self.last_step >= self.stop_at_step

@@ -73,3 +73,12 @@ def test_tiny_model_command(tmp_path):
     completed = _trainer("tiny-model", "tiny", cwd=tmp_path)
     assert completed.returncode == 0, completed.stderr
     assert (tmp_path / "tiny" / "config.json").exists() and (tmp_path / "tiny" / "tokenizer.json").exists()
+
+
+def test_a_data_file_line_that_is_not_an_object_is_one_line_naming_file_and_line(tmp_path, capsys, monkeypatch):
+    (tmp_path / "rows.jsonl").write_text('{"prompt": "2 + 2", "completion": "4"}\n[1]\n')
+    (tmp_path / "run.yaml").write_text(f"kind: sft\nmodel: m\noutput_dir: {tmp_path / 'o'}\ntrain_file: rows.jsonl\n")
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "run.yaml"]) == 2
+    assert capsys.readouterr().err == "error: rows.jsonl, line 2: expected a JSON object, got list\n"
+    assert not (tmp_path / "o" / "metrics.jsonl").exists()
