@@ -2,7 +2,7 @@
 
 Log-prob convention (TRL issue 4159): the log-prob of a sampled token is taken from the *tempered*
 distribution `log_softmax(logits / temperature)` over the whole vocabulary, before top-k / top-p
-truncation. The training forward (`completion_logprobs`) divides logits by the same temperature, so at
+truncation. The training forward (trainer.logprobs.completion_logprobs) divides logits by the same temperature, so at
 the first inner iteration the policy ratio is exactly 1 and the sampling log-probs can serve as the
 old log-probs without a second forward. Truncation only shapes which tokens get drawn; using the
 truncated distribution would make the ratio depend on the filter instead of the policy.
@@ -22,17 +22,7 @@ from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 from trainer.fast_decode import KVDecoder, supports_fast_decode
 from trainer.selective_forward import (
     additive_mask,
-    head_logits,
-    hidden_states_at,
-    padded_causal_allowed,
     position_ids_from_mask,
-    supports_selective_forward,
-)
-from trainer.shared_prefix import (
-    pack_groups,
-    packed_group_hidden_states,
-    packing_groups_pays,
-    supports_shared_prefix,
 )
 
 
@@ -343,68 +333,3 @@ def _completion_mask(tokens: Tensor, eos_token_id: int) -> Tensor:
     is_eos = tokens == eos_token_id
     eos_before = is_eos.long().cumsum(dim=1) - is_eos.long()
     return (eos_before == 0).long()
-
-
-def completion_logprobs(
-    model: PreTrainedModel,
-    samples: GroupSamples,
-    *,
-    temperature: float,
-    with_entropy: bool = False,
-    entropy_grad: bool = False,
-    share_prompt: bool = True,
-) -> tuple[Tensor, Tensor | None]:
-    """Per-token log-probs [B*G, T] of the sampled completions under `model`, at the sampling temperature.
-
-    The same convention as sampling (module docstring), so ratio = exp(this - samples.logprobs) is 1 for
-    the sampling weights. With `with_entropy`, also the per-token entropy [B*G, T] of that distribution,
-    detached unless `entropy_grad` (an entropy bonus needs its gradient, a logged metric does not).
-    With `share_prompt`, where the architecture allows it, a group's prompt is computed once for its G
-    completions (trainer.shared_prefix.pack_groups); the numbers are those of G separate sequences.
-    """
-    from trainer.losses import entropy_from_logits
-
-    completion = samples.completion_ids
-    if share_prompt and _packing_groups_pays(model, samples):
-        packed = pack_groups(samples.prompt_ids, samples.prompt_mask, completion, samples.completion_mask)
-        hidden = packed_group_hidden_states(model, packed)
-        logits = head_logits(model, hidden)
-    else:
-        logits = _unshared_completion_logits(model, samples)
-    if temperature > 0:
-        logits = logits / temperature
-    logprobs = logits.log_softmax(dim=-1).gather(-1, completion[..., None]).squeeze(-1)
-    logprobs = logprobs * samples.completion_mask
-    entropy = None
-    if with_entropy:
-        with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
-            entropy = entropy_from_logits(logits if entropy_grad else logits.detach())
-    return logprobs, entropy
-
-
-def _packing_groups_pays(model: PreTrainedModel, samples: GroupSamples) -> bool:
-    group = samples.group_size
-    return (
-        group > 1
-        and supports_shared_prefix(model)
-        and packing_groups_pays(model, samples.prompt_ids.shape[1], samples.completion_ids.shape[1], group)
-    )
-
-
-def _unshared_completion_logits(model: PreTrainedModel, samples: GroupSamples) -> Tensor:
-    """[B*G, T, V] logits predicting each completion token, every completion behind its own prompt copy."""
-    group = samples.group_size
-    completion = samples.completion_ids
-    width = completion.shape[1]
-    input_ids = torch.cat([samples.prompt_ids.repeat_interleave(group, dim=0), completion], dim=1)
-    attention = torch.cat([samples.prompt_mask.repeat_interleave(group, dim=0), samples.completion_mask], dim=1)
-    positions = position_ids_from_mask(attention)
-    if supports_selective_forward(model):
-        # the logits that predict the completion tokens: positions P-1 .. P+T-2 of the left-padded prompt P
-        prompt_width = samples.prompt_ids.shape[1]
-        read = torch.arange(prompt_width - 1, prompt_width + width - 1, device=input_ids.device).expand(len(input_ids), -1)
-        hidden = hidden_states_at(model, input_ids, padded_causal_allowed(attention), positions, read)
-        return head_logits(model, hidden)
-    return model(
-        input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=False, logits_to_keep=width + 1
-    ).logits[:, :-1].float()

@@ -23,7 +23,8 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from trainer.answers import answers_match, extract_answer
 from trainer.config import GRPOConfig
-from trainer.generation import GroupSamples, HFGenerationBackend, SamplingParams, completion_logprobs
+from trainer.generation import GroupSamples, HFGenerationBackend, SamplingParams
+from trainer.logprobs import completion_logprobs
 from trainer.loop import TrainResult, build_optimizer, build_scheduler, optimizer_update, total_steps
 from trainer.losses import group_advantages, informative_groups, masked_mean, policy_loss
 from trainer.models import load_reference

@@ -22,7 +22,8 @@ from torch.optim import AdamW
 from transformers import PreTrainedModel
 
 from trainer.config import ConfigError, PPOConfig
-from trainer.generation import GroupSamples, HFGenerationBackend, completion_logprobs, position_ids_from_mask
+from trainer.generation import GroupSamples, HFGenerationBackend
+from trainer.logprobs import completion_logprobs
 from trainer.loop import TrainResult, build_scheduler, optimizer_update, total_steps
 from trainer.losses import gae, masked_mean, policy_loss, value_loss
 from trainer.models import load_reference, load_reward_model
@@ -37,6 +38,7 @@ from trainer.rollout import (
     sample_and_score,
     sampling_params,
 )
+from trainer.selective_forward import position_ids_from_mask
 from trainer.sink import Sink
 
 CRITIC_DIR = "critic"

@@ -8,10 +8,10 @@ from trainer.fast_decode import KVDecoder, supports_fast_decode
 from trainer.generation import (
     HFGenerationBackend,
     SamplingParams,
-    completion_logprobs,
     concat_samples,
     filter_top_k_top_p,
 )
+from trainer.logprobs import completion_logprobs
 from trainer.models import LoraOptions, load_policy, load_tokenizer
 from trainer.tasks.arithmetic import build_tiny_model
 

@@ -37,7 +37,7 @@ def _learner(model_dir, **overrides) -> GRPOLearner:
 
 
 def _gradient(learner, samples, advantages):
-    from trainer.generation import completion_logprobs
+    from trainer.logprobs import completion_logprobs
     from trainer.losses import policy_loss
 
     logprobs, _ = completion_logprobs(learner.policy, samples, temperature=1.0)

@@ -5,10 +5,10 @@ import torch
 from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
 from tests.trainer.tiny_decoders import make_matter, tiny_decoder
-from trainer import generation
 from trainer.config import config_from_dict
-from trainer.generation import GroupSamples, completion_logprobs
+from trainer.generation import GroupSamples
 from trainer.grpo import micro_batch, micro_batch_rows, train
+from trainer.logprobs import completion_logprobs
 from trainer.models import LoraOptions, load_policy
 from trainer.shared_prefix import pack_groups, packing_groups_pays
 from trainer.sink import MemorySink
@@ -126,7 +126,7 @@ def test_micro_batches_keep_whole_groups(tokenizer):
 
 def test_grpo_runs_the_same_with_and_without_the_shared_prompt(tiny_model, tmp_path, monkeypatch):
     packed = []
-    monkeypatch.setattr(generation, "pack_groups", lambda *args: packed.append(True) or pack_groups(*args))
+    monkeypatch.setattr("trainer.logprobs.pack_groups", lambda *args: packed.append(True) or pack_groups(*args))
     runs = []
     for share_prompt in (True, False):
         config = config_from_dict("grpo", {
