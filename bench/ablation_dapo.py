@@ -19,8 +19,7 @@ from pathlib import Path
 import torch
 
 from trainer.config import GRPOConfig, SFTConfig
-from trainer.evaluation import generation_accuracy
-from trainer.grpo import sampled_accuracy
+from trainer.evaluation import generation_accuracy, sampled_accuracy
 from trainer.grpo import train as train_grpo
 from trainer.models import load_policy, load_tokenizer
 from trainer.sft import train as train_sft

@@ -1,5 +1,5 @@
 """Held-out evaluation by greedy generation: exact-match accuracy on rows that carry a reference `answer`,
-and the samples a run records so people can read what the model writes."""
+and the samples a run records so people can read what the model writes; avg@k by sampling (DAPO's metric)."""
 
 from __future__ import annotations
 
@@ -72,3 +72,36 @@ def sample_writer(
 ) -> Callable[[int], None]:
     """The `write_samples(step)` callback of a loop whose policy generates."""
     return lambda step: record_samples(sink, step, model, tokenizer, rows, max_new_tokens=max_new_tokens)
+
+
+def accuracy_evaluator(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, eval_data: Sequence[dict] | None, max_new_tokens: int
+) -> Callable[[], dict[str, float]] | None:
+    if not has_answers(eval_data):
+        return None
+
+    def evaluate() -> dict[str, float]:
+        return {"eval/accuracy": generation_accuracy(model, tokenizer, eval_data, max_new_tokens=max_new_tokens)}
+
+    return evaluate
+
+
+@torch.no_grad()
+def sampled_accuracy(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    rows: Sequence[dict],
+    *,
+    samples_per_prompt: int,
+    temperature: float,
+    max_new_tokens: int,
+) -> float:
+    """avg@k (the DAPO paper's metric): exact-answer accuracy over k sampled completions per row."""
+    backend = HFGenerationBackend(model, tokenizer)
+    params = SamplingParams(group_size=samples_per_prompt, max_new_tokens=max_new_tokens, temperature=temperature)
+    samples = backend.generate([row["prompt"] for row in rows], params)
+    correct = sum(
+        answers_match(extract_answer(text), str(rows[i // samples_per_prompt]["answer"]))
+        for i, text in enumerate(samples.texts)
+    )
+    return correct / len(samples.texts)

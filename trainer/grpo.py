@@ -19,11 +19,10 @@ import torch
 from torch import Tensor
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from transformers import PreTrainedModel
 
-from trainer.answers import answers_match, extract_answer
 from trainer.config import GRPOConfig
-from trainer.generation import GroupSamples, HFGenerationBackend, SamplingParams
+from trainer.generation import GroupSamples, HFGenerationBackend
 from trainer.logprobs import completion_logprobs
 from trainer.loop import TrainResult, build_optimizer, build_scheduler, optimizer_update, total_steps
 from trainer.losses import group_advantages, informative_groups, masked_mean, policy_loss
@@ -209,27 +208,6 @@ class GRPOLearner:
             record_rollout_samples(sink, step, scored, advantages, config.samples_per_log)
         tokens = int(samples.prompt_mask.sum()) * config.group_size + int(samples.completion_mask.sum())
         return metrics, tokens
-
-
-@torch.no_grad()
-def sampled_accuracy(
-    model: PreTrainedModel,
-    tokenizer: PreTrainedTokenizerBase,
-    rows: Sequence[dict],
-    *,
-    samples_per_prompt: int,
-    temperature: float,
-    max_new_tokens: int,
-) -> float:
-    """avg@k (the DAPO paper's metric): exact-answer accuracy over k sampled completions per row."""
-    backend = HFGenerationBackend(model, tokenizer)
-    params = SamplingParams(group_size=samples_per_prompt, max_new_tokens=max_new_tokens, temperature=temperature)
-    samples = backend.generate([row["prompt"] for row in rows], params)
-    correct = sum(
-        answers_match(extract_answer(text), str(rows[i // samples_per_prompt]["answer"]))
-        for i, text in enumerate(samples.texts)
-    )
-    return correct / len(samples.texts)
 
 
 def train(

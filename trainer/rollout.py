@@ -18,7 +18,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from trainer.config import OnlineConfig
 from trainer.data import DataError, Limits, check_rows, encode_prompt
-from trainer.evaluation import generation_accuracy, has_answers
+from trainer.evaluation import accuracy_evaluator
 from trainer.generation import GroupSamples, HFGenerationBackend, SamplingParams, concat_samples
 from trainer.loop import (
     DataOrder,
@@ -152,18 +152,6 @@ def record_rollout_samples(
             {name: values[i] for name, values in scored.per_function.items()},
             advantage=float(advantages[i].mean()),
         )
-
-
-def accuracy_evaluator(
-    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, eval_data: Sequence[dict] | None, max_new_tokens: int
-) -> Callable[[], dict[str, float]] | None:
-    if not has_answers(eval_data):
-        return None
-
-    def evaluate() -> dict[str, float]:
-        return {"eval/accuracy": generation_accuracy(model, tokenizer, eval_data, max_new_tokens=max_new_tokens)}
-
-    return evaluate
 
 
 def prompt_drawer(data: Sequence[dict], order: DataOrder, batch_size: int) -> Callable[[], list[dict]]:

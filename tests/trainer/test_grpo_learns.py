@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from trainer.config import GRPOConfig
-from trainer.evaluation import generation_accuracy
-from trainer.grpo import sampled_accuracy, train
+from trainer.evaluation import generation_accuracy, sampled_accuracy
+from trainer.grpo import train
 from trainer.models import load_policy, load_tokenizer
 from trainer.sink import MemorySink
 from trainer.tasks import arithmetic
