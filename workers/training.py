@@ -15,12 +15,12 @@ import logging
 import threading
 import time
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 from django.db import connection
 
-from trainer import dpo, grpo, ppo, reward_model, sft
 from trainer.config import config_from_dict
+from trainer.kinds import run_kind
 from webapp.experiments import services
 from webapp.experiments.data_sources import training_rows
 from webapp.experiments.models import Run
@@ -31,13 +31,6 @@ FLUSH_INTERVAL_S = 1.0
 # Flush early when this many steps are pending, so one write never grows large.
 MAX_PENDING_ROWS = 500
 TRACEBACK_LINES = 30
-TRAIN_FUNCTIONS: dict[str, Callable] = {
-    "reward_model": reward_model.train,
-    "sft": sft.train,
-    "dpo": dpo.train,
-    "grpo": grpo.train,
-    "ppo": ppo.train,
-}
 
 
 def run_execute(*, run_id: int) -> None:
@@ -49,7 +42,7 @@ def run_execute(*, run_id: int) -> None:
     try:
         config = config_from_dict(run.kind, run.config)
         data, eval_data = training_rows(run.kind, run.data_source)
-        result = TRAIN_FUNCTIONS[run.kind](config, data, sink, eval_data=eval_data)
+        result = run_kind(run.kind).train_function()(config, data, sink, eval_data=eval_data)
     except Exception as error:
         sink.close()
         tail = "".join(traceback.format_exception(error)).splitlines()[-TRACEBACK_LINES:]

@@ -10,18 +10,10 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 
+from trainer.kinds import run_kind
 from trainer.tasks import arithmetic
 from webapp.annotation import selectors as annotation_selectors
 
-ONLINE_KINDS = ("grpo", "ppo")
-PAIR_KINDS = ("reward_model", "dpo")
-REQUIRED_UPLOAD_FIELDS = {
-    "reward_model": ("prompt", "chosen", "rejected"),
-    "dpo": ("prompt", "chosen", "rejected"),
-    "sft": ("prompt", "completion"),
-    "grpo": ("prompt",),
-    "ppo": ("prompt",),
-}
 DATA_SOURCE_TYPES = ("arithmetic", "project_pairs", "project_prompts", "upload")
 ARITHMETIC_EVAL_ROWS = 8
 
@@ -37,9 +29,9 @@ def data_source_check(kind: str, source: Mapping[str, Any]) -> None:
             raise ValidationError({"level": f"must be 1, 2 or 3, got {level!r}"})
         if not isinstance(size, int) or size < 1:
             raise ValidationError({"size": f"must be a positive number of problems, got {size!r}"})
-    elif source_type == "project_pairs" and kind in ONLINE_KINDS:
+    elif source_type == "project_pairs" and run_kind(kind).online:
         raise ValidationError({"data_source": f"{kind} trains on prompts: choose a project's prompts"})
-    elif source_type == "project_prompts" and kind not in ONLINE_KINDS:
+    elif source_type == "project_prompts" and not run_kind(kind).online:
         raise ValidationError({"data_source": f"{kind} needs preference pairs or an uploaded file, not prompts"})
     elif source_type == "upload" and not Path(str(source.get("path", ""))).is_file():
         raise ValidationError({"upload": "the uploaded file is missing; upload it again"})
@@ -50,11 +42,7 @@ def data_source_check(kind: str, source: Mapping[str, Any]) -> None:
 def _arithmetic_rows(kind: str, level: int, split: str, count: int) -> list[dict]:
     if level == 1:
         count = min(count, len(arithmetic.problems(1, split)))  # level 1 has only 100 problems in all
-    if kind in PAIR_KINDS:
-        return arithmetic.preference_rows(level, split, count)
-    if kind == "sft":
-        return arithmetic.sft_rows(level, split, count)
-    return [{"prompt": p.prompt, "answer": str(p.answer)} for p in arithmetic.problems(level, split, count)]
+    return arithmetic.rows_for_kind(kind, level, split, count)
 
 
 def training_rows(kind: str, source: Mapping[str, Any]) -> tuple[list[dict], list[dict] | None]:
@@ -71,6 +59,6 @@ def training_rows(kind: str, source: Mapping[str, Any]) -> tuple[list[dict], lis
     if source_type == "project_prompts":
         return annotation_selectors.prompts_for_training(project_id=source["project_id"]), None
     pairs = annotation_selectors.preference_pairs_for_training(project_id=source["project_id"])
-    if kind == "sft":
+    if run_kind(kind).rows == "completions":
         return [{"prompt": pair["prompt"], "completion": pair["chosen"]} for pair in pairs], None
     return pairs, None

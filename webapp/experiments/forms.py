@@ -10,10 +10,9 @@ from typing import Any, Literal
 from django import forms
 from django.core.exceptions import ValidationError
 
-from trainer.config import CONFIG_CLASSES
+from trainer.kinds import run_kind
 from trainer.rewards import REWARD_FUNCTIONS
 from webapp.experiments import selectors
-from webapp.experiments.data_sources import ONLINE_KINDS
 from webapp.experiments.models import ModelRef
 from webapp.experiments.services import MODEL_FIELDS, SERVICE_FIELDS, field_architectures
 from webapp.text import counted
@@ -89,7 +88,7 @@ def _form_field(kind: str, name: str, annotation: Any, dataclass_field: dataclas
 
 def visible_config_fields(kind: str) -> list[dataclasses.Field]:
     return [
-        f for f in dataclasses.fields(CONFIG_CLASSES[kind])
+        f for f in dataclasses.fields(run_kind(kind).config_class)
         if not f.metadata.get("test_only") and f.name not in SERVICE_FIELDS and f.name != "rewards"
     ]
 
@@ -116,7 +115,7 @@ class LaunchForm(forms.Form):
             (project_id, f"{name} ({counted(pairs, 'pair')}, {counted(prompts, 'prompt')})")
             for project_id, name, pairs, prompts in _projects()
         ]
-        cls = CONFIG_CLASSES[kind]
+        cls = run_kind(kind).config_class
         hints = typing.get_type_hints(cls)
         self.config_groups: dict[str, list[str]] = {}
         defaults = {f.name: f.default for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}
@@ -128,7 +127,7 @@ class LaunchForm(forms.Form):
             if values.get(f.name) is not None:
                 self.initial.setdefault(f.name, _initial_value(values[f.name]))
             self.config_groups.setdefault(f.metadata.get("group", "advanced"), []).append(f.name)
-        if kind in ONLINE_KINDS:
+        if run_kind(kind).online:
             weights = values.get("rewards") or {}
             for reward_name, (_, help_text) in REWARD_FUNCTIONS.items():
                 field_name = REWARD_PREFIX + reward_name
@@ -163,7 +162,7 @@ class LaunchForm(forms.Form):
 
     def config(self) -> dict[str, Any]:
         """The config dict of the visible fields; an empty number leaves the trainer's default."""
-        hints = typing.get_type_hints(CONFIG_CLASSES[self.kind])
+        hints = typing.get_type_hints(run_kind(self.kind).config_class)
         config: dict[str, Any] = {}
         for f in visible_config_fields(self.kind):
             value = self.cleaned_data.get(f.name)
@@ -175,7 +174,7 @@ class LaunchForm(forms.Form):
                     config[f.name] = None
             else:
                 config[f.name] = value
-        if self.kind in ONLINE_KINDS:
+        if run_kind(self.kind).online:
             config["rewards"] = {
                 name.removeprefix(REWARD_PREFIX): value
                 for name, value in self.cleaned_data.items()

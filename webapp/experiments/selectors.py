@@ -19,28 +19,17 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from trainer.config import PRESETS, Preset, with_preset
+from trainer.kinds import KINDS
 from trainer.sink import decode_json_value
 from webapp.experiments.downsampling import Series, downsample
 from webapp.experiments.models import MODEL_FIELDS, MetricRow, ModelRef, Run, Sample
 from webapp.text import counted
 
 X_AXES = ("step", "wall_time", "tokens_seen")
-# The number a run is summarised by in the list, per kind (first one present).
-KEY_METRICS = {
-    "reward_model": ("eval/accuracy", "rewards/accuracy", "loss"),
-    "dpo": ("eval/accuracy", "rewards/accuracy", "loss"),
-    "sft": ("eval/accuracy", "loss"),
-    "grpo": ("reward/mean", "loss"),
-    "ppo": ("reward/mean", "loss"),
-}
-
 
 def launchable_kinds() -> list[str]:
-    """Run kinds that have a config dataclass and a training loop registered in the trainer."""
-    from trainer.cli import TRAIN_MODULES
-    from trainer.config import CONFIG_CLASSES
-
-    return [kind for kind in CONFIG_CLASSES if kind in TRAIN_MODULES]
+    """Run kinds registered in the trainer (trainer/kinds.py), in its order."""
+    return list(KINDS)
 
 
 def launch_presets(kind: str, parent: Run | None) -> dict[str, Preset]:
@@ -157,7 +146,8 @@ def run_summaries(runs: Iterable[Run]) -> list[RunSummary]:
         row = last_rows.get(run.pk)
         if row is not None:
             metrics = decode_json_value(row.metrics)
-            for candidate in KEY_METRICS.get(run.kind, ("loss",)):
+            kind = KINDS.get(run.kind)
+            for candidate in kind.key_metrics if kind else ("loss",):
                 if candidate in metrics:
                     name, value = candidate, _format_value(metrics[candidate])
                     break

@@ -25,11 +25,12 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from trainer.config import CONFIG_CLASSES, ConfigError, config_from_dict
+from trainer.config import ConfigError, config_from_dict, config_to_dict
+from trainer.kinds import KINDS, run_kind
 from trainer.sink import encode_json_value
 from webapp.experiments import selectors
 from webapp.experiments.alerts import AlertThresholds, alerts_for
-from webapp.experiments.data_sources import REQUIRED_UPLOAD_FIELDS, data_source_check
+from webapp.experiments.data_sources import data_source_check
 from webapp.experiments.models import MODEL_FIELDS, MetricRow, ModelRef, Run, Sample
 from webapp.text import storable_text
 
@@ -232,7 +233,7 @@ def _resolved_model_fields(kind: str, config: Mapping[str, Any]) -> dict[str, st
 
 def upload_store(*, file: UploadedFile, kind: str) -> dict[str, Any]:
     """Check an uploaded JSONL file (each line an object with the fields `kind` needs) and keep it."""
-    required = REQUIRED_UPLOAD_FIELDS[kind]
+    required = run_kind(kind).row_fields
     raw = file.read()
     try:
         text = raw.decode("utf-8")
@@ -265,12 +266,8 @@ def upload_store(*, file: UploadedFile, kind: str) -> dict[str, Any]:
 
 
 def _validated_config(kind: str, config: Mapping[str, Any], output_dir: str) -> dict[str, Any]:
-    from trainer.cli import TRAIN_MODULES
-    from trainer.config import config_to_dict
-
-    if kind not in CONFIG_CLASSES or kind not in TRAIN_MODULES:
-        known = ", ".join(name for name in CONFIG_CLASSES if name in TRAIN_MODULES)
-        raise ValidationError({"kind": f"unknown run kind {kind!r}; choose one of {known}"})
+    if kind not in KINDS:
+        raise ValidationError({"kind": f"unknown run kind {kind!r}; choose one of {', '.join(KINDS)}"})
     values = {key: value for key, value in config.items() if key not in SERVICE_FIELDS}
     values.update(_resolved_model_fields(kind, values))
     try:
