@@ -5,6 +5,8 @@ rests on one rule: a prompt's leases and rankings change only while its row is l
 locks a candidate with SELECT ... FOR UPDATE SKIP LOCKED (on SQLite, IMMEDIATE transactions serialise
 writers instead) and counts again after locking; `ranking_submit` locks the same row and checks the overlap
 once more, since a lease may have expired and been handed to someone else meanwhile.
+
+A write the rules refuse raises Django's ValidationError, whose message is shown to the user as is.
 """
 
 import logging
@@ -39,10 +41,6 @@ logger = logging.getLogger(__name__)
 
 _LEASE_ATTEMPTS = 20
 IMPORT_CHUNK = 500
-
-
-class AnnotationError(ValueError):
-    """A write the rules refuse; the message is shown to the user as is."""
 
 
 # Projects ---------------------------------------------------------------------------------------------------
@@ -242,7 +240,7 @@ def _locked_assignment(assignment_id: int, annotator: AbstractBaseUser) -> tuple
     try:
         assignment = Assignment.objects.select_related("prompt__project").get(pk=assignment_id, annotator=annotator)
     except Assignment.DoesNotExist:
-        raise AnnotationError(f"assignment {assignment_id} is not yours or does not exist") from None
+        raise ValidationError(f"assignment {assignment_id} is not yours or does not exist") from None
     prompt = Prompt.objects.select_for_update().select_related("project").get(pk=assignment.prompt_id)
     return assignment, prompt
 
@@ -251,10 +249,10 @@ def _validated_tiers(tiers: Sequence[Sequence[int]], shown: set[int]) -> list[li
     cleaned = [[int(response) for response in tier] for tier in tiers if tier]
     flat = [response for tier in cleaned for response in tier]
     if len(flat) != len(set(flat)):
-        raise AnnotationError("a response appears twice in the ranking")
+        raise ValidationError("a response appears twice in the ranking")
     if set(flat) != shown:
         missing = len(shown - set(flat))
-        raise AnnotationError(
+        raise ValidationError(
             f"rank every response: {missing} not ranked" if missing else "the ranking names responses not shown"
         )
     return cleaned
@@ -281,7 +279,7 @@ def ranking_submit(
         cleaned = [sorted(shown)] if all_bad else _validated_tiers(tiers, shown)
         now = timezone.now()
         if prompt.ranking_count + _others_holding(prompt, annotator, now) >= project.annotators_per_item:
-            raise AnnotationError(
+            raise ValidationError(
                 "your lease expired and this item has all the rankings it needs; skip it (S) to take the next one"
             )
         lease_seconds = (now - assignment.leased_at).total_seconds()
@@ -324,25 +322,25 @@ def ranking_withdraw(*, ranking_id: int, annotator: AbstractBaseUser) -> Ranking
             "assignment_id", flat=True
         ).first()
         if assignment_id is None:
-            raise AnnotationError(f"answer {ranking_id} is not yours or was already taken back")
+            raise ValidationError(f"answer {ranking_id} is not yours or was already taken back")
         assignment, prompt = _locked_assignment(assignment_id, annotator)
         # Read again under the prompt's lock: a second Back sent meanwhile may have withdrawn it already.
         ranking = Ranking.objects.filter(pk=ranking_id).first()
         if ranking is None:
-            raise AnnotationError(f"answer {ranking_id} was already taken back")
+            raise ValidationError(f"answer {ranking_id} was already taken back")
         project = prompt.project
         now = timezone.now()
         window = timedelta(minutes=project.lease_minutes)
         if now - ranking.created_at > window:
             age = int((now - ranking.created_at).total_seconds() // 60)
-            raise AnnotationError(
+            raise ValidationError(
                 f"an answer can be changed only within {counted(project.lease_minutes, 'minute')} (the project's "
                 f"lease time); yours to {prompt.external_id!r} was given {counted(age, 'minute')} ago"
             )
         # A skip held no place in the overlap, so the item may have gone to someone else since.
         rankings_left = prompt.ranking_count - (0 if ranking.skipped else 1)
         if rankings_left + _others_holding(prompt, annotator, now) >= project.annotators_per_item:
-            raise AnnotationError(
+            raise ValidationError(
                 f"{prompt.external_id!r} has been given to someone else since you skipped it; it cannot be reopened"
             )
         ranking.delete()  # its preference pairs go with it (on_delete=CASCADE)
@@ -384,9 +382,9 @@ def model_path_check(path: str) -> str:
     try:
         resolved = model_resolve(path)
     except ValidationError as error:
-        raise AnnotationError(f"model: {' '.join(error.messages)}") from None
+        raise ValidationError(f"model: {' '.join(error.messages)}") from None
     if resolved.architecture == ModelRef.Architecture.CLASSIFIER:
-        raise AnnotationError(f"model: {path.strip()!r} is a sequence classifier (a reward model); "
+        raise ValidationError(f"model: {path.strip()!r} is a sequence classifier (a reward model); "
                               "sampling needs a causal LM")
     return resolved.path
 

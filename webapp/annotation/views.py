@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlencode
 
 from django.contrib import messages
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse, QueryDict, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -130,7 +130,7 @@ def _tiers_from_post(post: QueryDict) -> list[list[int]]:
             try:
                 by_rank.setdefault(int(value), []).append(int(key.removeprefix("rank_")))
             except ValueError:
-                raise services.AnnotationError(f"{key}: {value!r} is not a rank number") from None
+                raise ValidationError(f"{key}: {value!r} is not a rank number") from None
     return [sorted(by_rank[rank]) for rank in sorted(by_rank)]
 
 
@@ -140,7 +140,7 @@ def _pairwise_tiers(post: QueryDict) -> tuple[list[list[int]], bool]:
                "both_bad": [[first, second]]}
     choice = post.get("choice", "")
     if choice not in choices:
-        raise services.AnnotationError("choose A, B, tie or both bad")
+        raise ValidationError("choose A, B, tie or both bad")
     return choices[choice], choice == "both_bad"
 
 
@@ -157,8 +157,8 @@ def _answer_item(request: HttpRequest, assignment_id: int, write: Callable[[Proj
     project = _project_for_annotator(request, assignment.prompt.project_id)
     try:
         write(project)
-    except services.AnnotationError as error:
-        return _refused(request, project, str(error), _answer_from_post(assignment_id, request.POST))
+    except ValidationError as error:
+        return _refused(request, project, " ".join(error.messages), _answer_from_post(assignment_id, request.POST))
     if not request.htmx:
         return redirect("annotation:annotate", project_id=project.pk)
     return _render_item(request, project)
@@ -206,8 +206,8 @@ def annotate_back(request: HttpRequest, project_id: int) -> HttpResponse:
                                           "was changed.")
     try:
         withdrawn = services.ranking_withdraw(ranking_id=previous.pk, annotator=request.user)
-    except services.AnnotationError as error:
-        return _refused(request, project, str(error))
+    except ValidationError as error:
+        return _refused(request, project, " ".join(error.messages))
     assignment = Assignment.objects.select_related("prompt").get(pk=withdrawn.assignment_id)
     shown = [response.pk for response in selectors.responses_shown(prompt=assignment.prompt, annotator=request.user)]
     return _render_item(request, project, assignment=assignment, answer=_answer_from_ranking(withdrawn, shown))
@@ -335,8 +335,8 @@ def sampling_create(request: HttpRequest, project_id: int) -> HttpResponse:
         try:
             services.sampling_job_create(project=project, model_path=options.pop("model_path"),
                                          generation_settings=options, created_by=request.user)
-        except services.AnnotationError as error:
-            form.add_error("model_path", str(error))
+        except ValidationError as error:
+            form.add_error("model_path", error.messages)
     context = {**_detail_context(project), "sampling_form": form}
     if request.htmx:
         return render(request, "annotation/project_detail.html#sampling", context)

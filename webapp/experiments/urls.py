@@ -6,7 +6,7 @@ app_name = "experiments"
 
 urlpatterns = [
     path("runs/", views.run_list, name="runs"),
-    path("runs/rows", views.run_list_rows, name="run_rows"),
+    path("runs/rows", views.run_list, {"rows_only": True}, name="run_rows"),
     path("runs/new", views.run_launch, name="run_launch"),
     path("runs/compare", views.run_compare, name="run_compare"),
     path("runs/<int:run_id>/", views.run_detail, name="run_detail"),

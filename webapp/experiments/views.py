@@ -56,22 +56,14 @@ def _run_rows_context(request: HttpRequest) -> dict:
 
 
 @researcher_required
-def run_list(request: HttpRequest) -> HttpResponse:
-    services.runs_fail_stale()
-    context = {
-        **_run_rows_context(request),
-        "statuses": Run.Status.choices,
-        "kinds": [(kind, kind) for kind in selectors.launchable_kinds()],
-    }
-    return render(request, "experiments/run_list.html", context)
-
-
-@researcher_required
-def run_list_rows(request: HttpRequest) -> HttpResponse:
-    """The run table alone, polled by htmx (with the filter form's values) so statuses, progress and alerts stay
-    current; a change of filters also puts them in the address bar, so a reload keeps them."""
-    services.runs_fail_stale()
+def run_list(request: HttpRequest, *, rows_only: bool = False) -> HttpResponse:
+    """The run list, or for htmx (and /runs/rows) its table alone: polled with the filter form's values so
+    statuses, progress and alerts stay current; a change of filters also puts them in the address bar, so a
+    reload keeps them. Stale runs are failed by the periodic task, never by a read."""
     context = _run_rows_context(request)
+    if not (rows_only or request.htmx):
+        context.update(statuses=Run.Status.choices, kinds=[(kind, kind) for kind in selectors.launchable_kinds()])
+        return render(request, "experiments/run_list.html", context)
     response = render(request, "experiments/run_list.html#rows", context)
     if request.htmx and request.htmx.trigger == "run-filters":
         chosen = urlencode({key: value for key, value in context["filters"].items() if value})
@@ -157,7 +149,6 @@ def _run_context(run: Run, step: int | None = None, resume: str = "") -> dict:
 
 @researcher_required
 def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
-    services.runs_fail_stale()
     run = get_object_or_404(Run.objects.select_related("created_by", "parent"), pk=run_id)
     context = {**_run_context(run, resume=request.GET.get("resume", "")), "chart_runs_json": _chart_runs([run]),
                "config_items": sorted(run.config.items())}
@@ -167,7 +158,6 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
 @researcher_required
 def run_status(request: HttpRequest, run_id: int) -> HttpResponse:
     """htmx fragment polled by the run page: status, progress, alerts, error and actions."""
-    services.runs_fail_stale()
     run = get_object_or_404(Run, pk=run_id)
     response = render(request, "experiments/run_detail.html#status", _run_context(run))
     if request.htmx and not run.is_active:

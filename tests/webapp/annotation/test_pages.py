@@ -1,6 +1,7 @@
 """The pages: researchers manage projects; annotators rank through the htmx flow and see only their own work."""
 
 import pytest
+from django.core.exceptions import ValidationError
 
 from tests.webapp.annotation.factories import make_annotators, make_project
 from webapp.annotation import services
@@ -77,5 +78,5 @@ def test_model_paths_outside_the_model_roots_are_refused(researcher_client, sett
     }, HTTP_HX_REQUEST="true")
     assert "outside the allowed model roots" in response.content.decode()
     assert services.model_path_check("org/model-name") == "org/model-name"
-    with pytest.raises(services.AnnotationError, match="is not a known model; give a registered model"):
+    with pytest.raises(ValidationError, match="is not a known model; give a registered model"):
         services.model_path_check("not a model!")

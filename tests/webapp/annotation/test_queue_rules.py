@@ -3,6 +3,7 @@
 from datetime import timedelta
 
 import pytest
+from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from tests.webapp.annotation.factories import make_annotators, make_project
@@ -49,7 +50,7 @@ def test_an_expired_lease_returns_to_the_pool():
     assert taken_over is not None and taken_over.prompt_id == lease.prompt_id
     _rank_in_shown_order(taken_over, second)
     # the first annotator comes back too late: the item has its ranking, theirs is refused
-    with pytest.raises(services.AnnotationError, match="lease expired"):
+    with pytest.raises(ValidationError, match="lease expired"):
         _rank_in_shown_order(lease, first)
 
 
@@ -70,7 +71,7 @@ def test_a_ranking_must_order_every_shown_response_and_ties_give_no_pair():
     project = make_project(items=1, responses=3)
     lease = services.assignment_lease_next(project=project, annotator=annotator)
     a, b, c = (r.pk for r in responses_shown(prompt=lease.prompt, annotator=annotator))
-    with pytest.raises(services.AnnotationError, match="1 not ranked"):
+    with pytest.raises(ValidationError, match="1 not ranked"):
         services.ranking_submit(assignment_id=lease.pk, annotator=annotator, tiers=[[a], [b]])
     services.ranking_submit(assignment_id=lease.pk, annotator=annotator, tiers=[[a, b], [c]])
     pairs = sorted((p.chosen_id, p.rejected_id, p.weight, p.margin) for p in PreferencePair.objects.all())

@@ -4,6 +4,7 @@ back, within the project's lease time only, and never lets the item go past its 
 from datetime import timedelta
 
 import pytest
+from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from tests.webapp.annotation.factories import make_annotators, make_project
@@ -46,11 +47,11 @@ def test_withdraw_is_refused_after_the_lease_time_and_for_someone_elses_ranking(
     annotator, other = make_annotators(2)
     project = make_project(items=1, responses=2, overlap=2)
     ranking = _rank(services.assignment_lease_next(project=project, annotator=annotator), annotator)
-    with pytest.raises(services.AnnotationError, match="not yours"):
+    with pytest.raises(ValidationError, match="not yours"):
         services.ranking_withdraw(ranking_id=ranking.pk, annotator=other)
     Ranking.objects.filter(pk=ranking.pk).update(created_at=timezone.now() - timedelta(minutes=31))
     assert previous_answer(project=project, user=annotator) is None
-    with pytest.raises(services.AnnotationError, match=r"only within 30 minutes \(the project's lease time\)"):
+    with pytest.raises(ValidationError, match=r"only within 30 minutes \(the project's lease time\)"):
         services.ranking_withdraw(ranking_id=ranking.pk, annotator=annotator)
     assert Ranking.objects.filter(pk=ranking.pk).exists()
     assert Prompt.objects.get().ranking_count == 1
@@ -67,7 +68,7 @@ def test_a_skip_is_withdrawn_unless_the_item_went_to_someone_else_meanwhile():
 
     skip = services.ranking_skip(assignment_id=lease.pk, annotator=annotator)
     assert services.assignment_lease_next(project=project, annotator=other) is not None
-    with pytest.raises(services.AnnotationError, match="given to someone else"):
+    with pytest.raises(ValidationError, match="given to someone else"):
         services.ranking_withdraw(ranking_id=skip.pk, annotator=annotator)
     assert Ranking.objects.get().skipped
     assert Assignment.objects.get(pk=lease.pk).status == Assignment.Status.SKIPPED

@@ -3,6 +3,7 @@
 import time
 
 import pytest
+from django.core.exceptions import ValidationError
 
 from webapp.annotation import services
 from webapp.annotation.importing import ImportRecord
@@ -46,7 +47,7 @@ def test_a_model_outside_the_roots_is_refused_before_queueing(settings, tmp_path
     outside = tmp_path / "elsewhere"
     outside.mkdir()
     project = services.project_create(name="Refused", responses_per_item=2)
-    with pytest.raises(services.AnnotationError, match="outside the allowed model roots"):
+    with pytest.raises(ValidationError, match="outside the allowed model roots"):
         services.sampling_job_create(project=project, model_path=str(outside), generation_settings=SETTINGS,
                                      created_by=researcher)
     assert not SamplingJob.objects.exists()

@@ -75,7 +75,7 @@ def test_paths_outside_the_roots_are_refused_everywhere(settings, tmp_path, rese
     with pytest.raises(ValidationError, match="outside the allowed model roots"):
         services.model_register(path=given)
     project = annotation_services.project_create(name="p", responses_per_item=2)
-    with pytest.raises(annotation_services.AnnotationError, match=r"elsewhere is outside the allowed model roots"):
+    with pytest.raises(ValidationError, match=r"elsewhere is outside the allowed model roots"):
         annotation_services.sampling_job_create(project=project, model_path=given, generation_settings=SAMPLING,
                                                 created_by=researcher)
     assert not ModelRef.objects.exists() and not SamplingJob.objects.exists()
@@ -101,7 +101,7 @@ def test_anything_else_is_refused_saying_what_was_given_and_what_is_accepted(giv
 def test_one_hub_id_pattern_no_bare_names(researcher, queued):
     assert services.model_resolve("org/model-name").source == ModelRef.Source.HUB
     project = annotation_services.project_create(name="p", responses_per_item=2)
-    with pytest.raises(annotation_services.AnnotationError, match="'gpt2' is not a known model"):
+    with pytest.raises(ValidationError, match="'gpt2' is not a known model"):
         annotation_services.sampling_job_create(project=project, model_path="gpt2", generation_settings=SAMPLING,
                                                 created_by=researcher)
 
@@ -122,7 +122,7 @@ def test_what_a_model_is_comes_from_config_json_or_the_runs_kind(
     with pytest.raises(ValidationError, match="is a sequence classifier; model takes a causal LM"):
         _run(tiny_model, researcher, kind="dpo", model=rm_checkpoint.name)
     project = annotation_services.project_create(name="p", responses_per_item=2)
-    with pytest.raises(annotation_services.AnnotationError, match="sampling needs a causal LM"):
+    with pytest.raises(ValidationError, match="sampling needs a causal LM"):
         annotation_services.sampling_job_create(project=project, model_path=rm_checkpoint.name,
                                                 generation_settings=SAMPLING, created_by=researcher)
 
