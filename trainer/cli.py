@@ -21,9 +21,6 @@ from typing import Any
 from trainer.config import BaseConfig, ConfigError, config_from_dict
 from trainer.kinds import KINDS, run_kind
 
-# kind -> module with train(config, data, sink, *, eval_data=None): a view of the registry for the web app's
-# current imports, until it reads trainer.kinds itself
-TRAIN_MODULES = {name: kind.train_module for name, kind in KINDS.items()}
 DATA_KEYS = ("train_file", "eval_file", "task", "task_level", "task_train_size", "task_eval_size")
 TASKS = ("arithmetic",)
 
