@@ -347,6 +347,7 @@ def train_loop(run: Training, sink: Sink) -> TrainResult:
         if is_due(step, config.log_every) or step == steps or diverged:
             sink.log(step, metrics, tokens_seen=tokens_seen)
         check_finite(step, metrics)
+        # samples: online kinds recorded theirs in the rollout; offline kinds generate them now
         if run.write_samples is not None and is_due(step, config.sample_every):
             run.write_samples(step)
         # checkpoint on schedule, at the end and before stopping on request

@@ -125,3 +125,11 @@ def test_bad_grpo_settings_name_the_field():
         config_from_dict("grpo", {"model": "m", "output_dir": "o", "rewards": {"exact": 1.0}})
     with pytest.raises(ConfigError, match="^loss_aggregation: expected one of"):
         config_from_dict("grpo", {"model": "m", "output_dir": "o", "loss_aggregation": "mean"})
+
+
+def test_a_diverged_step_is_logged_without_evaluating_the_broken_policy(tiny_model, tmp_path):
+    sink = MemorySink()
+    with pytest.raises(TrainingDiverged, match=r"^loss is NaN at step 2$"):
+        _run(tiny_model, tmp_path, sink, debug_nan_at_step=2, beta=0.0, eval_every=1, log_every=1)
+    assert "eval/accuracy" in sink.metrics[1]
+    assert "eval/accuracy" not in sink.metrics[2]
