@@ -25,7 +25,7 @@ from trainer.config import GRPOConfig
 from trainer.generation import GroupSamples, HFGenerationBackend
 from trainer.logprobs import completion_logprobs
 from trainer.loop import TrainResult, build_optimizer, build_scheduler, optimizer_update, total_steps
-from trainer.losses import group_advantages, informative_groups, masked_mean, policy_loss
+from trainer.losses import aggregation_units, group_advantages, informative_groups, masked_mean, policy_loss
 from trainer.models import load_reference
 from trainer.rewards import Rewarder
 from trainer.rollout import (
@@ -172,16 +172,13 @@ class GRPOLearner:
         the loss of the whole batch under the configured aggregation."""
         chunks = micro_batch_rows(loss_mask.shape[0], self.config.grad_accum_steps, self.config.group_size)
         aggregation = self.config.loss_aggregation
-        if aggregation == "token-mean":
-            sizes = [loss_mask[rows].sum().item() for rows in chunks]
-        elif aggregation == "sequence-mean":
-            sizes = [(loss_mask[rows].sum(dim=1) > 0).sum().item() for rows in chunks]
-        else:
+        if aggregation == "constant":
             # policy_loss divides by B_chunk * T; Dr. GRPO's constant is B * max_new_tokens
             width = loss_mask.shape[1]
             return [
                 (rows, rows.numel() * width / (loss_mask.shape[0] * self.config.max_new_tokens)) for rows in chunks
             ]
+        sizes = [aggregation_units(loss_mask[rows], aggregation).item() for rows in chunks]
         total = sum(sizes)
         return [(rows, size / total if total else 0.0) for rows, size in zip(chunks, sizes, strict=True)]
 

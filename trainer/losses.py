@@ -110,6 +110,18 @@ def kl_k3(logp: Tensor, ref_logp: Tensor) -> Tensor:
     return (torch.expm1(log_ratio) - log_ratio).clamp(min=0)
 
 
+def aggregation_units(mask: Tensor, aggregation: str) -> Tensor:
+    """What policy_loss's `aggregation` averages a batch over: its real tokens ("token-mean"), its sequences
+    with at least one real token ("sequence-mean") or all its B * T positions ("constant"). A batch split into
+    micro-batches weights each one's loss by its share of these units, so the parts sum to the whole."""
+    real = mask.bool()
+    if aggregation == "token-mean":
+        return real.sum()
+    if aggregation == "sequence-mean":
+        return (real.sum(dim=1) > 0).sum()
+    return torch.tensor(real.numel(), device=real.device)
+
+
 def policy_loss(
     logp: Tensor,
     old_logp: Tensor,
@@ -168,13 +180,8 @@ def policy_loss(
     per_token = _real_tokens(per_token, real)
 
     if aggregation == "sequence-mean":
-        tokens_per_sequence = real.sum(dim=1)
-        sequence_means = per_token.sum(dim=1) / tokens_per_sequence.clamp(min=1)
-        loss = sequence_means.sum() / (tokens_per_sequence > 0).sum().clamp(min=1)
-    elif aggregation == "token-mean":
-        loss = masked_mean(per_token, real)
-    else:
-        loss = per_token.sum() / per_token.numel()
+        per_token = per_token.sum(dim=1) / real.sum(dim=1).clamp(min=1)  # each sequence's token mean
+    loss = per_token.sum() / aggregation_units(real, aggregation).clamp(min=1)
 
     with torch.no_grad():
         clipped_low = (ratio < 1 - eps_low) & (advantages < 0)
