@@ -21,6 +21,7 @@ from django.db import connection
 
 from trainer.config import config_from_dict
 from trainer.kinds import run_kind
+from trainer.sink import SampleRow, sample_row
 from webapp.experiments import services
 from webapp.experiments.data_sources import training_rows
 from webapp.experiments.models import Run
@@ -58,7 +59,7 @@ class DatabaseSink:
         self.flush_interval_s = flush_interval_s
         self._lock = threading.Lock()
         self._rows: list[dict] = []
-        self._samples: list[dict] = []
+        self._samples: list[SampleRow] = []
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._beat, name=f"run-{run_id}-heartbeat", daemon=True)
         self._thread.start()
@@ -82,10 +83,8 @@ class DatabaseSink:
         rewards: Mapping[str, float],
         advantage: float | None = None,
     ) -> None:
-        sample = {"step": step, "prompt": prompt, "completion": completion, "rewards": dict(rewards),
-                  "advantage": advantage}
         with self._lock:
-            self._samples.append(sample)
+            self._samples.append(sample_row(step, prompt, completion, rewards, advantage))
 
     def should_stop(self) -> bool:
         # The run may also have been failed by the stale check (a step slower than the timeout): stop then too.

@@ -3,13 +3,13 @@ run accepts, and the training rows it becomes, in the trainer's row format. Read
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from django.core.exceptions import ValidationError
 
+from trainer.jsonl import read_jsonl_file
 from trainer.kinds import run_kind
 from trainer.tasks import arithmetic
 from webapp.annotation import selectors as annotation_selectors
@@ -54,8 +54,7 @@ def training_rows(kind: str, source: Mapping[str, Any]) -> tuple[list[dict], lis
             _arithmetic_rows(kind, source["level"], "test", ARITHMETIC_EVAL_ROWS),
         )
     if source_type == "upload":
-        lines = Path(source["path"]).read_text(encoding="utf-8").splitlines()
-        return [json.loads(line) for line in lines if line.strip()], None
+        return read_jsonl_file(source["path"]), None
     if source_type == "project_prompts":
         return annotation_selectors.prompts_for_training(project_id=source["project_id"]), None
     pairs = annotation_selectors.preference_pairs_for_training(project_id=source["project_id"])

@@ -26,6 +26,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from trainer.config import ConfigError, config_from_dict, config_to_dict
+from trainer.jsonl import JsonlError, parse_jsonl
 from trainer.kinds import KINDS, run_kind
 from trainer.sink import encode_json_value
 from webapp.experiments import selectors
@@ -239,20 +240,16 @@ def upload_store(*, file: UploadedFile, kind: str) -> dict[str, Any]:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise ValidationError({"upload": f"{file.name} is not UTF-8 text"}) from None
-    count = 0
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise ValidationError({"upload": f"{file.name}, line {number}: not valid JSON ({error.msg})"}) from None
-        if not isinstance(row, dict):
-            raise ValidationError({"upload": f"{file.name}, line {number}: expected a JSON object"})
+    try:
+        rows = parse_jsonl(text, name=file.name)
+    except JsonlError as error:
+        raise ValidationError({"upload": str(error)}) from None
+    numbers = [number for number, line in enumerate(text.splitlines(), start=1) if line.strip()]
+    for number, row in zip(numbers, rows, strict=True):
         missing = [name for name in required if not isinstance(row.get(name), str)]
         if missing:
             raise ValidationError({"upload": f"{file.name}, line {number}: missing text field {missing[0]!r}"})
-        count += 1
+    count = len(rows)
     if not count:
         raise ValidationError({"upload": f"{file.name} has no rows"})
     directory = settings.DATA_DIR / "uploads"
