@@ -300,10 +300,22 @@ def run_create(
         name=name.strip() or f"{kind} run", kind=kind, config={}, data_source=dict(data_source),
         created_by=created_by, parent=parent,
     )
-    run.config = _validated_config(kind, config, str(settings.RUNS_DIR / str(run.pk)))
+    output_dir = settings.RUNS_DIR / str(run.pk)
+    _set_aside_stale_output(output_dir)
+    run.config = _validated_config(kind, config, str(output_dir))
     run.save(update_fields=["config"])
     _queue(run)
     return run
+
+
+def _set_aside_stale_output(output_dir: Path) -> None:
+    """A new run's id is new, so anything already in its output directory was left by an earlier database (a
+    reset one, or a test session's): moved aside, never deleted, so keep_last cannot count or remove it."""
+    if not output_dir.exists():
+        return
+    aside = output_dir.with_name(f"{output_dir.name}.stale-{timezone.now():%Y%m%dT%H%M%S%f}")
+    output_dir.rename(aside)
+    logger.warning("run output %s existed before its run; moved to %s", output_dir, aside)
 
 
 def _transition(run_id: int, target: str, *, only_from: str | None = None, **fields: Any) -> bool:

@@ -157,3 +157,14 @@ def test_config_diff_shows_only_differing_keys(tiny_model, researcher, queued):
     second = _create(tiny_model, researcher, lr=0.001, seed=3)
     assert [key for key, _ in selectors.config_diff([first, second])] == ["lr", "seed"]
     assert selectors.config_diff([first, second])[0][1] == [0.0001, 0.001]
+
+
+def test_a_new_runs_leftover_output_directory_is_moved_aside_not_counted(tiny_model, researcher, queued, settings):
+    first = _create(tiny_model, researcher)
+    leftover = settings.RUNS_DIR / str(first.pk + 1) / "checkpoints" / "step-3"
+    leftover.mkdir(parents=True)
+    second = _create(tiny_model, researcher)
+    assert second.pk == first.pk + 1
+    assert not (settings.RUNS_DIR / str(second.pk)).exists()
+    aside = [path for path in settings.RUNS_DIR.iterdir() if path.name.startswith(f"{second.pk}.stale-")]
+    assert len(aside) == 1 and (aside[0] / "checkpoints" / "step-3").is_dir()
