@@ -1,7 +1,8 @@
 """The one list of run kinds: what each trains on, which config it takes, where its loop lives.
 
 Adding a kind: its config class (trainer/config.py), its module with `train(config, data, sink, *,
-eval_data=None)`, one entry in KINDS below, and a migration if the web's Run.kind choices change.
+eval_data=None)`, one entry in KINDS below, and the migration `manage.py makemigrations
+experiments` then writes for the web's Run.kind choices, which are built from KINDS.
 
 No torch at import: the web process reads this list to build its forms; the train function is imported
 only when a run starts.
@@ -25,6 +26,8 @@ from trainer.config import (
 )
 
 RowShape = Literal["pairs", "completions", "prompts"]
+# What a run's checkpoints are: a causal LM (a policy) or a sequence classifier (a reward model).
+Produces = Literal["causal_lm", "classifier"]
 ROW_FIELDS: dict[RowShape, tuple[str, ...]] = {
     "pairs": ("prompt", "chosen", "rejected"),
     "completions": ("prompt", "completion"),
@@ -35,11 +38,13 @@ ROW_FIELDS: dict[RowShape, tuple[str, ...]] = {
 @dataclass(frozen=True)
 class RunKind:
     name: str
+    label: str
     config_class: type[BaseConfig]
     train_module: str
     rows: RowShape
     # the number a run is summarised by in the run list: the first of these the run has logged
     key_metrics: tuple[str, ...]
+    produces: Produces = "causal_lm"
 
     @property
     def online(self) -> bool:
@@ -58,12 +63,12 @@ class RunKind:
 KINDS: dict[str, RunKind] = {
     kind.name: kind
     for kind in (
-        RunKind("reward_model", RewardModelConfig, "trainer.reward_model", "pairs",
-                ("eval/accuracy", "rewards/accuracy", "loss")),
-        RunKind("sft", SFTConfig, "trainer.sft", "completions", ("eval/accuracy", "loss")),
-        RunKind("dpo", DPOConfig, "trainer.dpo", "pairs", ("eval/accuracy", "rewards/accuracy", "loss")),
-        RunKind("grpo", GRPOConfig, "trainer.grpo", "prompts", ("reward/mean", "loss")),
-        RunKind("ppo", PPOConfig, "trainer.ppo", "prompts", ("reward/mean", "loss")),
+        RunKind("reward_model", "reward model", RewardModelConfig, "trainer.reward_model", "pairs",
+                ("eval/accuracy", "rewards/accuracy", "loss"), produces="classifier"),
+        RunKind("sft", "SFT", SFTConfig, "trainer.sft", "completions", ("eval/accuracy", "loss")),
+        RunKind("dpo", "DPO", DPOConfig, "trainer.dpo", "pairs", ("eval/accuracy", "rewards/accuracy", "loss")),
+        RunKind("grpo", "GRPO", GRPOConfig, "trainer.grpo", "prompts", ("reward/mean", "loss")),
+        RunKind("ppo", "PPO", PPOConfig, "trainer.ppo", "prompts", ("reward/mean", "loss")),
     )
 }
 

@@ -3,6 +3,8 @@
 from django.conf import settings
 from django.db import models
 
+from trainer.kinds import KINDS
+
 # The config fields of a run that name a model (a ModelRef's path).
 MODEL_FIELDS = ("model", "reference_model", "reward_model", "critic_model")
 
@@ -41,12 +43,8 @@ class ModelRef(models.Model):
 
 
 class Run(models.Model):
-    class Kind(models.TextChoices):
-        REWARD_MODEL = "reward_model", "reward model"
-        SFT = "sft", "SFT"
-        DPO = "dpo", "DPO"
-        GRPO = "grpo", "GRPO"
-        PPO = "ppo", "PPO"
+    # The choices come from the trainer's one list of kinds (trainer/kinds.py), e.g. Run.Kind.GRPO == "grpo".
+    Kind = models.TextChoices("Kind", [(kind.name.upper(), (kind.name, kind.label)) for kind in KINDS.values()])
 
     class Status(models.TextChoices):
         QUEUED = "queued"

@@ -105,7 +105,7 @@ def architecture_of_directory(directory: Path) -> str:
 
 
 def architecture_of_run(kind: str) -> str:
-    return Architecture.CLASSIFIER if kind == Run.Kind.REWARD_MODEL else Architecture.CAUSAL_LM
+    return Architecture(run_kind(kind).produces)
 
 
 def _registered_named(name: str) -> ModelRef | None:
