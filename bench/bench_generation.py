@@ -18,9 +18,9 @@ from pathlib import Path
 
 import torch
 
+from trainer.builtin_datasets import arithmetic
 from trainer.generation import HFGenerationBackend, SamplingParams
 from trainer.models import load_policy, load_tokenizer
-from trainer.tasks import arithmetic
 
 
 def parse_args() -> argparse.Namespace:

@@ -25,9 +25,9 @@ from common import TimingSink, timed_trl_training
 from transformers import AutoTokenizer
 
 from trainer.answers import answers_match, extract_answer
+from trainer.builtin_datasets import arithmetic
 from trainer.config import GRPOConfig
 from trainer.grpo import train
-from trainer.tasks import arithmetic
 
 LR = 1e-5
 

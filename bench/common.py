@@ -21,8 +21,8 @@ import torch
 from transformers import TrainerCallback
 from transformers.utils import logging as transformers_logging
 
+from trainer.builtin_datasets import arithmetic
 from trainer.sink import MemorySink
-from trainer.tasks import arithmetic
 
 transformers_logging.set_verbosity_error()
 transformers_logging.disable_progress_bar()

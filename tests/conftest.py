@@ -136,6 +136,6 @@ def celery_worker_factory(tmp_path) -> Iterator[Callable[..., WorkerProcess]]:
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:
     """A tiny random Llama + tokenizer for the arithmetic task, saved with save_pretrained (no hub here)."""
-    from trainer.tasks.arithmetic import build_tiny_model
+    from trainer.builtin_datasets.arithmetic import build_tiny_model
 
     return Path(build_tiny_model(tmp_path_factory.mktemp("tiny-model") / "model", seed=0))

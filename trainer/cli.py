@@ -79,7 +79,7 @@ def load_data(kind: str, spec: Mapping[str, Any]) -> tuple[list[dict], list[dict
         raise UserError("the run file needs data: 'train_file' (JSONL) or 'task: arithmetic'")
     if task not in TASKS:
         raise UserError(f"unknown task {task!r}; choose one of {', '.join(TASKS)}")
-    from trainer.tasks import arithmetic
+    from trainer.builtin_datasets import arithmetic
 
     level = spec.get("task_level", 1)
     train_size, eval_size = spec.get("task_train_size"), spec.get("task_eval_size")
@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "run":
             return run(args.config)
-        from trainer.tasks.arithmetic import build_tiny_model
+        from trainer.builtin_datasets.arithmetic import build_tiny_model
 
         directory = build_tiny_model(args.directory, hidden_size=args.hidden_size, layers=args.layers, seed=args.seed)
         print(f"tiny model written to {directory}", file=sys.stderr)

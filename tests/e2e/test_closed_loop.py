@@ -5,7 +5,7 @@ import pytest
 
 from tests.e2e.conftest import log_in
 from tests.webapp.experiments.helpers import register_tiny_model, run_status, tiny_model_roots, wait_for
-from trainer.tasks import arithmetic
+from trainer.builtin_datasets import arithmetic
 from webapp.annotation import services as annotation_services
 from webapp.annotation.importing import ImportRecord
 from webapp.annotation.models import Response, SamplingJob

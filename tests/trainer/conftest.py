@@ -9,9 +9,9 @@ import pytest
 import torch
 from transformers.utils import logging as transformers_logging
 
+from trainer.builtin_datasets import arithmetic
 from trainer.config import config_from_dict
 from trainer.sink import MemorySink
-from trainer.tasks import arithmetic
 
 torch.set_num_threads(1)
 transformers_logging.set_verbosity_error()

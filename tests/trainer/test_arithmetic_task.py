@@ -1,4 +1,4 @@
-from trainer.tasks import arithmetic
+from trainer.builtin_datasets import arithmetic
 
 
 def test_the_seed_example_is_solved_with_precedence():

@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from trainer.builtin_datasets import arithmetic
 from trainer.config import ConfigError, config_from_dict
 from trainer.loop import STATE_FILE
 from trainer.sft import train
 from trainer.sink import FileSink, MemorySink, read_jsonl
-from trainer.tasks import arithmetic
 
 
 def _sft(tiny_model: str, output_dir: Path, sink, **overrides):

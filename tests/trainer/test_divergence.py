@@ -2,11 +2,11 @@ import math
 
 import pytest
 
+from trainer.builtin_datasets import arithmetic
 from trainer.config import config_from_dict
 from trainer.loop import TrainingDiverged
 from trainer.sft import train
 from trainer.sink import MemorySink
-from trainer.tasks import arithmetic
 
 
 def test_nan_loss_stops_the_run_naming_metric_and_step_and_is_logged(tiny_model, tmp_path):

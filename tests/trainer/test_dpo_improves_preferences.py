@@ -4,10 +4,10 @@ With plain DPO (rpo_alpha 0) the chosen log-probs sag and one or two of the 15 h
 wrong answer; the RPO term (NLL on chosen, Pang et al. 2024) keeps them.
 """
 
+from trainer.builtin_datasets import arithmetic
 from trainer.config import config_from_dict
 from trainer.dpo import train
 from trainer.sink import MemorySink
-from trainer.tasks import arithmetic
 
 
 def test_dpo_learns_the_preferences_without_losing_held_out_accuracy(sft_run, tmp_path):

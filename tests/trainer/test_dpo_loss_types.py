@@ -2,10 +2,10 @@ import math
 
 import pytest
 
+from trainer.builtin_datasets import arithmetic
 from trainer.config import config_from_dict
 from trainer.dpo import train
 from trainer.sink import MemorySink
-from trainer.tasks import arithmetic
 
 
 def _first_step(tiny_model, tmp_path, **fields) -> dict[str, float]:

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from tests.trainer.tiny_decoders import make_matter
+from trainer.builtin_datasets.arithmetic import build_tiny_model
 from trainer.fast_decode import KVDecoder, supports_fast_decode
 from trainer.generation import (
     HFGenerationBackend,
@@ -13,7 +14,6 @@ from trainer.generation import (
 )
 from trainer.logprobs import completion_logprobs
 from trainer.models import LoraOptions, load_policy, load_tokenizer
-from trainer.tasks.arithmetic import build_tiny_model
 
 PROMPTS = ["Calculate 2 + 2 * 6\n", "Calculate 7 + 1\n", "Calculate 13 - 4 * 2 + 19\n"]
 

@@ -10,12 +10,12 @@ where a policy-gradient method has room to show, as in the paper.
 import pytest
 import torch
 
+from trainer.builtin_datasets import arithmetic
 from trainer.config import GRPOConfig
 from trainer.evaluation import generation_accuracy, sampled_accuracy
 from trainer.grpo import train
 from trainer.models import load_policy, load_tokenizer
 from trainer.sink import MemorySink
-from trainer.tasks import arithmetic
 
 MAX_NEW_TOKENS = 28
 # DAPO keeps only informative groups and drops the KL anchor, so each of its steps moves the policy further:

@@ -2,10 +2,10 @@ import math
 
 import pytest
 
+from trainer.builtin_datasets import arithmetic
 from trainer.config import config_from_dict
 from trainer.loop import DataOrder, lr_factor
 from trainer.sink import MemorySink
-from trainer.tasks import arithmetic
 
 
 def test_warmup_then_linear_and_cosine_decay():

@@ -4,10 +4,10 @@ variance becomes positive. Also the critic is checkpointed beside the policy."""
 import math
 from pathlib import Path
 
+from trainer.builtin_datasets import arithmetic
 from trainer.config import config_from_dict
 from trainer.ppo import CRITIC_DIR, train
 from trainer.sink import MemorySink
-from trainer.tasks import arithmetic
 
 PPO_METRICS = {
     "loss", "reward/mean", "reward/std", "reward/answer_match", "kl", "entropy", "clip_ratio/low",

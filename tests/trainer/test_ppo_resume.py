@@ -3,10 +3,10 @@ uninterrupted run."""
 
 import pytest
 
+from trainer.builtin_datasets import arithmetic
 from trainer.config import config_from_dict
 from trainer.ppo import train
 from trainer.sink import MemorySink
-from trainer.tasks import arithmetic
 
 TIMING = ("time/step_s", "throughput/tokens_per_s", "time/generation_s", "time/scoring_s", "time/backward_s")
 STEPS, STOP_AT = 4, 2

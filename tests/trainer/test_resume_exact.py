@@ -6,9 +6,9 @@ import math
 
 import pytest
 
+from trainer.builtin_datasets import arithmetic
 from trainer.config import config_from_dict
 from trainer.sink import MemorySink
-from trainer.tasks import arithmetic
 
 TIMING = ("time/step_s", "throughput/tokens_per_s")
 STEPS, STOP_AT = 6, 3

@@ -1,4 +1,4 @@
-from trainer.tasks import arithmetic
+from trainer.builtin_datasets import arithmetic
 
 
 def test_sft_on_level_one_arithmetic_reaches_held_out_exact_match(sft_run):

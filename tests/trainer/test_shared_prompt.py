@@ -5,6 +5,7 @@ import torch
 from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
 from tests.trainer.tiny_decoders import make_matter, tiny_decoder
+from trainer.builtin_datasets import arithmetic
 from trainer.config import config_from_dict
 from trainer.generation import GroupSamples
 from trainer.grpo import micro_batch, micro_batch_rows, train
@@ -12,7 +13,6 @@ from trainer.logprobs import completion_logprobs
 from trainer.models import LoraOptions, load_policy
 from trainer.shared_prefix import pack_groups, packing_groups_pays
 from trainer.sink import MemorySink
-from trainer.tasks import arithmetic
 
 PROMPTS = ["Calculate 2 + 2\n", "Calculate 11 + 22 + 33 + 44 + 55\n"]  # different lengths: left padding
 GROUP, WIDTH = 3, 6

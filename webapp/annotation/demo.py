@@ -4,7 +4,7 @@ import random
 
 from django.contrib.auth.models import User
 
-from trainer.tasks.arithmetic import problems, wrong_completion
+from trainer.builtin_datasets.arithmetic import problems, wrong_completion
 from webapp.annotation import services
 from webapp.annotation.importing import ImportRecord
 from webapp.annotation.models import Project

@@ -9,9 +9,9 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 
+from trainer.builtin_datasets import arithmetic
 from trainer.jsonl import read_jsonl_file
 from trainer.kinds import run_kind
-from trainer.tasks import arithmetic
 from webapp.annotation import selectors as annotation_selectors
 
 DATA_SOURCE_TYPES = ("arithmetic", "project_pairs", "project_prompts", "upload")

@@ -8,7 +8,7 @@ import sys
 from django.conf import settings
 from django.contrib.auth.models import User
 
-from trainer.tasks import arithmetic
+from trainer.builtin_datasets import arithmetic
 from webapp.experiments.models import Run
 from webapp.experiments.services import model_register, run_create
 

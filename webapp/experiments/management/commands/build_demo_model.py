@@ -15,7 +15,7 @@ class Command(BaseCommand):
         parser.add_argument("directory", type=Path)
 
     def handle(self, *args: object, directory: Path, **options: object) -> None:
-        from trainer.tasks.arithmetic import build_tiny_model
+        from trainer.builtin_datasets.arithmetic import build_tiny_model
 
         path = build_tiny_model(directory)
         self.stdout.write(self.style.SUCCESS(f"tiny arithmetic model written to {path}"))

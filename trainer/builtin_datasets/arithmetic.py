@@ -1,7 +1,7 @@
 """The seeds' arithmetic task ("Calculate 2 + 2 * 6"): problems by level, a fixed train/test split, SFT
 targets `<think>steps</think><answer>14</answer>`, an answer checker, preference pairs and a tiny model.
 
-No torch at import: the web lists tasks from here. `build_tiny_model` loads torch when it is called.
+No torch at import: the web lists these data sets. `build_tiny_model` loads torch when it is called.
 
 Levels: 1 = a + b with one-digit numbers (100 problems); 2 = two operations on one-digit numbers with
 precedence (2 + 2 * 6); 3 = three operations on numbers up to 20.
