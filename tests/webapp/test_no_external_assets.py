@@ -54,6 +54,14 @@ def test_the_vendored_plotly_bundle_keeps_its_version_and_licence_header():
     assert (VENDORED / "plotly" / "LICENSE").read_text().startswith("MIT License")
 
 
+def test_vendored_files_name_no_cdn():
+    """Vendored files may keep their authors' links (licences, docs), but nothing a page would fetch from a CDN."""
+    cdn = re.compile(r"https?://(?:cdn|unpkg|cdnjs|ajax\.googleapis)[\w.-]*/", re.IGNORECASE)
+    found = [f"{path.relative_to(REPO_ROOT)}: {match.group(0)}" for path in VENDORED.rglob("*.js")
+             for match in cdn.finditer(path.read_text(errors="replace"))]
+    assert not found, found
+
+
 def test_htmx_requests_carry_the_csrf_token():
     base = (REPO_ROOT / "templates" / "base.html").read_text()
     assert """hx-headers='{"X-CSRFToken": "{{ csrf_token }}"}'""" in base
