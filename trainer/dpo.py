@@ -1,7 +1,8 @@
 """Direct Preference Optimisation (sigmoid / IPO / hinge, label smoothing) via losses.dpo_loss.
 
 Reference log-probs are computed once before training by default, so the reference model is freed before
-the first step; `precompute_ref_logps=False` keeps a live frozen reference instead. Each pair goes through
+the first step; `precompute_ref_logps=False` keeps a live frozen reference instead. With LoRA the reference is
+the policy itself with its adapters disabled (trainer.models.Reference), never a second copy. Each pair goes through
 the policy as one row whose shared prefix is computed once (trainer.shared_prefix; `share_prefix=False`
 sends chosen and rejected as two rows of one forward). IPO uses length-averaged log-probs, the others
 summed ones.
@@ -31,7 +32,7 @@ from trainer.loop import (
     start_run,
 )
 from trainer.losses import dpo_loss
-from trainer.models import load_policy, load_reference
+from trainer.models import Reference, load_policy, load_reference_for
 from trainer.shared_prefix import PackedPairs, pack_pairs, packed_sequence_logps, supports_shared_prefix
 from trainer.sink import Sink
 
@@ -87,7 +88,7 @@ class DPOObjective:
         *,
         pad_token_id: int,
         ref_logps: Tensor | None,
-        reference: PreTrainedModel | None,
+        reference: Reference | None,
     ) -> None:
         if (ref_logps is None) == (reference is None):
             raise ValueError("DPO needs exactly one of precomputed reference log-probs and a reference model")
@@ -100,7 +101,7 @@ class DPOObjective:
         self.average = config.loss_type == "ipo"
         self.share_prefix = config.share_prefix and supports_shared_prefix(model)
         if reference is not None:
-            self.share_prefix = self.share_prefix and supports_shared_prefix(reference)
+            self.share_prefix = self.share_prefix and supports_shared_prefix(reference.model)
 
     def micro_batches(self, indices: list[int], count: int) -> Iterator[MicroBatchOutput]:
         chunk = len(indices) // count
@@ -118,8 +119,8 @@ class DPOObjective:
                 ref = self.ref_logps[micro].to(logps.device)
                 ref_chosen, ref_rejected = ref[:, 0], ref[:, 1]
             else:
-                with torch.no_grad():
-                    ref = pair_sequence_logps(self.reference, batch, average=self.average)[0]
+                with torch.no_grad(), self.reference.active() as reference:
+                    ref = pair_sequence_logps(reference, batch, average=self.average)[0]
                 ref_chosen, ref_rejected = ref[: len(micro)], ref[len(micro) :]
             losses, chosen_rewards, rejected_rewards = dpo_loss(
                 chosen,
@@ -153,22 +154,26 @@ def train(config: DPOConfig, data: Sequence[dict], sink: Sink, *, eval_data: Seq
         check_rows(eval_data, ("prompt",), name="eval data")
     pad_token_id = tokenizer.pad_token_id
 
-    reference = load_reference(config.reference_model or config.model)
+    # with LoRA the policy comes first: it is its own reference. Otherwise the reference is loaded first and,
+    # when its log-probs are precomputed, freed before the policy is loaded.
+    policy = load_policy(start.weights, **start.model_options) if config.use_lora else None
+    reference = load_reference_for(config.reference_model or config.model, policy, precision=start.precision)
     ref_logps = None
     if config.precompute_ref_logps:
-        ref_logps = reference_logps(
-            reference,
-            pairs,
-            pad_token_id=pad_token_id,
-            batch_size=config.batch_size,
-            average=config.loss_type == "ipo",
-            share_prefix=config.share_prefix,
-        )
-        del reference
+        with reference.active() as reference_model, start.precision.autocast(reference_model.device):
+            ref_logps = reference_logps(
+                reference_model,
+                pairs,
+                pad_token_id=pad_token_id,
+                batch_size=config.batch_size,
+                average=config.loss_type == "ipo",
+                share_prefix=config.share_prefix,
+            )
+        del reference, reference_model
         gc.collect()
         reference = None
 
-    model = load_policy(start.weights, **start.model_options)
+    model = policy or load_policy(start.weights, **start.model_options)
     objective = DPOObjective(model, pairs, config, pad_token_id=pad_token_id, ref_logps=ref_logps, reference=reference)
 
     def evaluate() -> dict[str, float]:
@@ -184,5 +189,6 @@ def train(config: DPOConfig, data: Sequence[dict], sink: Sink, *, eval_data: Seq
         evaluate=evaluate if has_answers(eval_data) else None,
         write_samples=sample_writer(sink, model, tokenizer, eval_data or data, max_new_tokens=config.eval_max_new_tokens),
         resume_state=start.resume_state,
+        precision=start.precision,
     )
     return run_steps(parts, sink)

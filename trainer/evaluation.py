@@ -8,9 +8,10 @@ from collections.abc import Callable, Sequence
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from trainer.answers import answers_match, extract_answer
+from trainer.answers import answers_match, extract_answer, has_final_answer
+from trainer.chat import TextOrConversation, display_text, normalize_record
 from trainer.generation import HFGenerationBackend, SamplingParams
-from trainer.sink import Sink
+from trainer.sink import Sink, sample_row
 
 SAMPLES_PER_STEP = 4
 
@@ -19,11 +20,16 @@ def has_answers(rows: Sequence[dict] | None) -> bool:
     return bool(rows) and all(isinstance(row.get("answer"), str | int | float) for row in rows)
 
 
+def prompts_of(rows: Sequence[dict], *, name: str = "eval data") -> list[TextOrConversation]:
+    """Each row's prompt, text or conversation, in any of TRL's formats (`messages`, implicit prompt...)."""
+    return [normalize_record(row, index=index, name=name)["prompt"] for index, row in enumerate(rows)]
+
+
 @torch.no_grad()
 def greedy_completions(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
-    prompts: Sequence[str],
+    prompts: Sequence[TextOrConversation],
     *,
     max_new_tokens: int,
     batch_size: int = 64,
@@ -43,9 +49,19 @@ def generation_accuracy(
     model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, rows: Sequence[dict], *, max_new_tokens: int
 ) -> float:
     """Fraction of rows whose greedy completion's final answer matches the row's `answer`."""
-    completions = greedy_completions(model, tokenizer, [row["prompt"] for row in rows], max_new_tokens=max_new_tokens)
-    correct = sum(answers_match(extract_answer(text), str(row["answer"])) for text, row in zip(completions, rows, strict=True))
-    return correct / len(rows)
+    completions = greedy_completions(model, tokenizer, prompts_of(rows), max_new_tokens=max_new_tokens)
+    return answer_accuracy(completions, [row["answer"] for row in rows])
+
+
+def answer_accuracy(completions: Sequence[str], answers: Sequence[object]) -> float:
+    """Fraction of completions whose final answer (strict: answer tag or \\boxed{}) matches its reference."""
+    correct = sum(answers_match(extract_answer(text), str(answer)) for text, answer in zip(completions, answers, strict=True))
+    return correct / len(completions)
+
+
+def format_rate(completions: Sequence[str]) -> float:
+    """Fraction of completions that state a final answer in a form strict answer checking reads."""
+    return sum(map(has_final_answer, completions)) / len(completions)
 
 
 def record_samples(
@@ -59,12 +75,13 @@ def record_samples(
 ) -> None:
     """Greedy completions of the first few rows, with a `correct` reward when the row has an answer."""
     shown = list(rows[:SAMPLES_PER_STEP])
-    completions = greedy_completions(model, tokenizer, [row["prompt"] for row in shown], max_new_tokens=max_new_tokens)
-    for row, text in zip(shown, completions, strict=True):
+    prompts = prompts_of(shown, name="sample rows")
+    completions = greedy_completions(model, tokenizer, prompts, max_new_tokens=max_new_tokens)
+    for row, prompt, text in zip(shown, prompts, completions, strict=True):
         rewards = {}
         if "answer" in row:
             rewards["correct"] = float(answers_match(extract_answer(text), str(row["answer"])))
-        sink.sample(step, row["prompt"], text, rewards)
+        sink.sample(sample_row(step, display_text(prompt), text, rewards))
 
 
 def sample_writer(
@@ -81,7 +98,11 @@ def accuracy_evaluator(
         return None
 
     def evaluate() -> dict[str, float]:
-        return {"eval/accuracy": generation_accuracy(model, tokenizer, eval_data, max_new_tokens=max_new_tokens)}
+        completions = greedy_completions(model, tokenizer, prompts_of(eval_data), max_new_tokens=max_new_tokens)
+        return {
+            "eval/accuracy": answer_accuracy(completions, [row["answer"] for row in eval_data]),
+            "eval/format_rate": format_rate(completions),
+        }
 
     return evaluate
 
@@ -97,11 +118,24 @@ def sampled_accuracy(
     max_new_tokens: int,
 ) -> float:
     """avg@k (the DAPO paper's metric): exact-answer accuracy over k sampled completions per row."""
+    completions = sampled_completions(
+        model, tokenizer, rows, samples_per_prompt=samples_per_prompt, temperature=temperature,
+        max_new_tokens=max_new_tokens,
+    )
+    return answer_accuracy(completions, [row["answer"] for row in rows for _ in range(samples_per_prompt)])
+
+
+@torch.no_grad()
+def sampled_completions(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    rows: Sequence[dict],
+    *,
+    samples_per_prompt: int,
+    temperature: float,
+    max_new_tokens: int,
+) -> list[str]:
+    """k sampled completions per row, row by row (the completions avg@k is measured on)."""
     backend = HFGenerationBackend(model, tokenizer)
     params = SamplingParams(group_size=samples_per_prompt, max_new_tokens=max_new_tokens, temperature=temperature)
-    samples = backend.generate([row["prompt"] for row in rows], params)
-    correct = sum(
-        answers_match(extract_answer(text), str(rows[i // samples_per_prompt]["answer"]))
-        for i, text in enumerate(samples.texts)
-    )
-    return correct / len(samples.texts)
+    return backend.generate(prompts_of(rows), params).texts

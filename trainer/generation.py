@@ -19,6 +19,7 @@ import torch
 from torch import Tensor, nn
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
+from trainer.chat import TextOrConversation, encode_prompt, end_token_ids
 from trainer.fast_decode import KVDecoder, supports_fast_decode
 from trainer.selective_forward import (
     additive_mask,
@@ -33,6 +34,9 @@ class SamplingParams:
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0  # 0 turns top-k off
+    # no end token is drawn before this many tokens (as transformers' min_new_tokens); for benchmarks that need
+    # every completion at full length. Recorded log-probs stay those of the whole distribution.
+    min_new_tokens: int = 0
 
     def __post_init__(self) -> None:
         if self.group_size < 1:
@@ -45,6 +49,8 @@ class SamplingParams:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.top_k < 0:
             raise ValueError(f"top_k must be >= 0 (0 = off), got {self.top_k}")
+        if self.min_new_tokens < 0:
+            raise ValueError(f"min_new_tokens must be >= 0, got {self.min_new_tokens}")
 
 
 @dataclass
@@ -52,8 +58,9 @@ class GroupSamples:
     """Completions of B prompts, G each; row i*G + g is completion g of prompt i.
 
     prompt_ids, prompt_mask: [B, P], left-padded.
-    completion_ids: [B*G, T], right-padded; completion_mask [B*G, T] is 1 on real tokens (EOS included).
-    truncated: [B*G] bool, True when no EOS came within max_new_tokens.
+    completion_ids: [B*G, T], right-padded; completion_mask [B*G, T] is 1 on real tokens, up to and including
+    the first end token (any of HFGenerationBackend.end_token_ids: EOS, <|im_end|>...).
+    truncated: [B*G] bool, True when no end token came within max_new_tokens.
     logprobs: [B*G, T] sampling log-probs (see module docstring), 0 on padding.
     """
 
@@ -121,8 +128,8 @@ def concat_samples(parts: Sequence[GroupSamples], *, pad_token_id: int) -> Group
 class GenerationBackend(Protocol):
     """Where completions come from: the HF model in-process now, a vLLM server on real GPUs later."""
 
-    def generate(self, prompts: Sequence[str], params: SamplingParams) -> GroupSamples:
-        """Sample params.group_size completions for each prompt, in one batched call."""
+    def generate(self, prompts: Sequence[TextOrConversation], params: SamplingParams) -> GroupSamples:
+        """Sample params.group_size completions for each prompt (text or a conversation), in one batched call."""
 
     def sync_weights(self, model: PreTrainedModel) -> None:
         """Make the backend sample from `model`'s current weights (called after each optimizer step)."""
@@ -143,20 +150,26 @@ def filter_top_k_top_p(logits: Tensor, *, top_k: int, top_p: float) -> Tensor:
     return logits
 
 
-def _sample_next(logits: Tensor, params: SamplingParams) -> tuple[Tensor, Tensor]:
-    """Next tokens [N] and their log-probs [N] under the tempered, untruncated distribution."""
+def _sample_next(logits: Tensor, params: SamplingParams, banned: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """Next tokens [N] and their log-probs [N] under the tempered, untruncated distribution; never a token of
+    `banned` (ids), which still count in the log-probs."""
     logits = logits.float()
     if params.temperature == 0:
-        tokens = logits.argmax(dim=-1)
+        allowed = logits if banned is None else logits.index_fill(-1, banned, float("-inf"))
+        tokens = allowed.argmax(dim=-1)
         return tokens, logits.log_softmax(dim=-1).gather(-1, tokens[:, None]).squeeze(-1)
     scaled = logits if params.temperature == 1.0 else logits / params.temperature
     logprobs = scaled.log_softmax(dim=-1)
+    allowed = scaled if banned is None else scaled.index_fill(-1, banned, float("-inf"))
     if params.top_k == 1:
-        tokens = scaled.argmax(dim=-1)
+        tokens = allowed.argmax(dim=-1)
     else:
         truncating = params.top_k > 0 or params.top_p < 1.0
-        filtered = filter_top_k_top_p(scaled, top_k=params.top_k, top_p=params.top_p) if truncating else None
-        probs = filtered.softmax(dim=-1) if truncating else logprobs.exp()
+        filtered = filter_top_k_top_p(allowed, top_k=params.top_k, top_p=params.top_p) if truncating else None
+        if truncating:
+            probs = filtered.softmax(dim=-1)
+        else:
+            probs = logprobs.exp() if banned is None else allowed.softmax(dim=-1)
         tokens = _inverse_cdf_draw(probs)
     return tokens, logprobs.gather(-1, tokens[:, None]).squeeze(-1)
 
@@ -188,6 +201,9 @@ class HFGenerationBackend:
         if eos is None:
             raise ValueError("the tokenizer has no eos_token_id: generation could never stop")
         self.eos_token_id = int(eos)
+        # chat models end a turn with other tokens too (<|im_end|>, <|eot_id|>): a completion ends at any of them
+        self.end_token_ids = end_token_ids(tokenizer, getattr(model, "generation_config", None))
+        self._end_ids = torch.tensor(self.end_token_ids, dtype=torch.long)
         self.pad_token_id = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos)
 
     def sync_weights(self, model: PreTrainedModel) -> None:
@@ -207,12 +223,22 @@ class HFGenerationBackend:
             isinstance(module, nn.Dropout) and module.p > 0 for module in model.modules()
         )
 
-    def encode_prompts(self, prompts: Sequence[str]) -> tuple[Tensor, Tensor]:
+    def encode_prompts(self, prompts: Sequence[TextOrConversation]) -> tuple[Tensor, Tensor]:
+        """Left-padded ids and mask of the prompts, each formatted by trainer.chat.encode_prompt (a conversation
+        through the chat template with the generation prompt, text with the tokenizer's special tokens), so a
+        sampled prompt has exactly the ids of the training prompt."""
+        encoded = [encode_prompt(self.tokenizer, prompt, index=index, name="prompts") for index, prompt in enumerate(prompts)]
+        width = max(len(ids) for ids in encoded)
+        input_ids = torch.full((len(encoded), width), self.pad_token_id, dtype=torch.long)
+        attention_mask = torch.zeros((len(encoded), width), dtype=torch.long)
+        for row, ids in enumerate(encoded):
+            if ids:
+                input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
+                attention_mask[row, width - len(ids) :] = 1
         device = self.model.device
-        encoded = self.tokenizer(list(prompts), padding=True, padding_side="left", return_tensors="pt")
-        return encoded["input_ids"].to(device), encoded["attention_mask"].to(device)
+        return input_ids.to(device), attention_mask.to(device)
 
-    def generate(self, prompts: Sequence[str], params: SamplingParams) -> GroupSamples:
+    def generate(self, prompts: Sequence[TextOrConversation], params: SamplingParams) -> GroupSamples:
         if not prompts:
             raise ValueError("generate needs at least one prompt")
         if not (self.model.training and self._needs_eval_mode):
@@ -224,7 +250,7 @@ class HFGenerationBackend:
             self.model.train()
 
     @torch.no_grad()
-    def _generate(self, prompts: Sequence[str], params: SamplingParams) -> GroupSamples:
+    def _generate(self, prompts: Sequence[TextOrConversation], params: SamplingParams) -> GroupSamples:
         prompt_ids, prompt_mask = self.encode_prompts(prompts)
         group, max_new = params.group_size, params.max_new_tokens
         rows = prompt_ids.shape[0] * group
@@ -236,17 +262,19 @@ class HFGenerationBackend:
         tokens = torch.full((rows, max_new), self.pad_token_id, dtype=torch.long, device=device)
         logprobs = torch.zeros(rows, max_new, device=device)
         alive = torch.ones(rows, dtype=torch.bool, device=device)
+        end_ids = self._end_ids.to(device)
         steps = 0
         for step in range(max_new):
             # rows that already ended keep decoding with the rest; what follows their EOS is masked below
-            tokens[:, step], logprobs[:, step] = _sample_next(logits, params)
+            banned = end_ids if step < params.min_new_tokens else None
+            tokens[:, step], logprobs[:, step] = _sample_next(logits, params, banned)
             steps = step + 1
-            alive &= tokens[:, step] != self.eos_token_id
+            alive &= ~torch.isin(tokens[:, step], end_ids)
             if step == max_new - 1 or not alive.any():
                 break
             logits = stepper.decode(tokens[:, step : step + 1], step)
 
-        mask = _completion_mask(tokens[:, :steps], self.eos_token_id)
+        mask = completion_mask_until_end(tokens[:, :steps], end_ids)
         tokens = tokens[:, :steps].masked_fill(mask == 0, self.pad_token_id)
         logprobs = logprobs[:, :steps] * mask
         return GroupSamples(
@@ -256,7 +284,10 @@ class HFGenerationBackend:
             completion_mask=mask,
             truncated=alive,
             logprobs=logprobs,
-            texts=self.tokenizer.batch_decode(tokens, skip_special_tokens=True),
+            # an end token from generation_config need not be a special token the decoder skips
+            texts=self.tokenizer.batch_decode(
+                tokens.masked_fill(torch.isin(tokens, end_ids), self.pad_token_id), skip_special_tokens=True
+            ),
             group_size=group,
         )
 
@@ -328,8 +359,8 @@ class FastDecodeStepper:
         return self.decoder.forward(tokens, self.decode_bias[..., : self.prompt_ids.shape[1] + step + 1])
 
 
-def _completion_mask(tokens: Tensor, eos_token_id: int) -> Tensor:
-    """1 up to and including the first EOS (everything when there is none)."""
-    is_eos = tokens == eos_token_id
-    eos_before = is_eos.long().cumsum(dim=1) - is_eos.long()
-    return (eos_before == 0).long()
+def completion_mask_until_end(tokens: Tensor, end_ids: Tensor) -> Tensor:
+    """1 up to and including the first end token (any of `end_ids`; everything when there is none)."""
+    is_end = torch.isin(tokens, end_ids).long()
+    ends_before = is_end.cumsum(dim=1) - is_end
+    return (ends_before == 0).long()

@@ -2,16 +2,18 @@
 
 One step: draw batch_size prompts, sample group_size completions of each from the current (old) policy,
 score them, turn rewards into group advantages, then num_iterations optimizer updates of the clipped
-surrogate with the k3 KL to a frozen reference. The sampling log-probs are the old log-probs (taken at
-the sampling temperature, see trainer.generation), so no forward pass is spent on them; the reference
-model is loaded and run only when beta > 0.
+surrogate with the k3 KL to a frozen reference. In fp32 the sampling log-probs are the old log-probs (taken at
+the sampling temperature, see trainer.generation), so no forward pass is spent on them; in bf16 the training
+forward recomputes them (sampling would not match it). The reference model is run only when beta > 0 (with
+LoRA it is the policy with its adapters disabled).
 
-Timing metrics: time/generation_s (sampling), time/scoring_s (rewards and reference log-probs),
-time/backward_s (policy forward, backward and optimizer updates).
+Timing metrics: time/generation_s (sampling), time/scoring_s (rewards, reference log-probs and, in bf16, the
+old log-probs), time/backward_s (policy forward, backward and optimizer updates).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 
@@ -24,9 +26,16 @@ from transformers import PreTrainedModel
 from trainer.config import GRPOConfig
 from trainer.generation import GroupSamples, HFGenerationBackend
 from trainer.logprobs import completion_logprobs
-from trainer.loop import TrainResult, build_optimizer, build_scheduler, optimizer_update, total_steps
+from trainer.loop import (
+    TrainResult,
+    backward,
+    build_optimizer,
+    build_scheduler,
+    optimizer_update,
+    total_steps,
+)
 from trainer.losses import aggregation_units, group_advantages, informative_groups, masked_mean, policy_loss
-from trainer.models import load_reference
+from trainer.models import Reference, load_reference_for
 from trainer.rewards import Rewarder
 from trainer.rollout import (
     ScoredGroups,
@@ -69,12 +78,16 @@ class GRPOLearner:
         self,
         config: GRPOConfig,
         policy: PreTrainedModel,
-        reference: PreTrainedModel | None,
+        reference: Reference | None,
         backend: HFGenerationBackend,
         rewarder: Rewarder,
         optimizer: Optimizer,
         scheduler: LambdaLR,
+        *,
+        recompute_old_logprobs: bool = False,
     ) -> None:
+        """`recompute_old_logprobs`: take the old log-probs from the training forward instead of sampling (needed
+        in bf16, where the two differ: trainer.models.Precision.sampling_logprobs_exact)."""
         self.config = config
         self.policy = policy
         self.reference = reference
@@ -82,6 +95,7 @@ class GRPOLearner:
         self.rewarder = rewarder
         self.optimizer = optimizer
         self.scheduler = scheduler
+        self.recompute_old_logprobs = recompute_old_logprobs
         self.parameters = [p for p in policy.parameters() if p.requires_grad]
         self.params = sampling_params(config, config.group_size)
 
@@ -116,13 +130,23 @@ class GRPOLearner:
         return concat_scored(kept, pad_token_id=self.backend.pad_token_id), ratio
 
     @torch.no_grad()
+    def with_training_logprobs(self, samples: GroupSamples) -> GroupSamples:
+        """The samples with the policy's log-probs from the training forward as their old log-probs."""
+        config = self.config
+        logprobs = completion_logprobs(
+            self.policy, samples, temperature=config.temperature, share_prompt=config.share_prompt
+        )[0]
+        return dataclasses.replace(samples, logprobs=logprobs)
+
+    @torch.no_grad()
     def reference_logprobs(self, samples: GroupSamples) -> Tensor | None:
         if self.reference is None:
             return None
         config = self.config
-        return completion_logprobs(
-            self.reference, samples, temperature=config.temperature, share_prompt=config.share_prompt
-        )[0]
+        with self.reference.active() as reference:
+            return completion_logprobs(
+                reference, samples, temperature=config.temperature, share_prompt=config.share_prompt
+            )[0]
 
     def update(
         self, step: int, samples: GroupSamples, advantages: Tensor, ref_logprobs: Tensor | None
@@ -154,7 +178,7 @@ class GRPOLearner:
                 )
                 if config.debug_nan_at_step == step:
                     loss = loss * float("nan")
-                (loss * share).backward()
+                backward(loss * share)
                 metrics["loss"] += loss.item() * share
                 row_share = rows.numel() / samples.completion_ids.shape[0]
                 loss_metrics["entropy"] = masked_mean(entropy, chunk.completion_mask).item()
@@ -192,6 +216,8 @@ class GRPOLearner:
         rewards = torch.tensor(scored.rewards)
         advantages = group_advantages(rewards, config.group_size, scale=config.advantage_scale)
         reference_started = time.perf_counter()
+        if self.recompute_old_logprobs:
+            samples = self.with_training_logprobs(samples)
         ref_logprobs = self.reference_logprobs(samples)
         updates_started = time.perf_counter()
         timings["time/scoring_s"] += updates_started - reference_started
@@ -210,14 +236,19 @@ class GRPOLearner:
 def train(
     config: GRPOConfig, data: Sequence[dict], sink: Sink, *, eval_data: Sequence[dict] | None = None
 ) -> TrainResult:
-    resume_state, tokenizer, policy = prepare_online(config, data)
-    reference = load_reference(config.reference_model or config.model) if config.beta > 0 else None
+    resume_state, tokenizer, policy, precision = prepare_online(config, data)
+    reference = (
+        load_reference_for(config.reference_model or config.model, policy, precision=precision)
+        if config.beta > 0 else None
+    )
     steps = total_steps(config, len(data))
     optimizer = build_optimizer(policy, config)
     scheduler = build_scheduler(optimizer, config, steps * config.num_iterations)
     learner = GRPOLearner(
-        config, policy, reference, HFGenerationBackend(policy, tokenizer), build_rewarder(config), optimizer, scheduler
+        config, policy, reference, HFGenerationBackend(policy, tokenizer), build_rewarder(config, precision), optimizer,
+        scheduler, recompute_old_logprobs=not precision.sampling_logprobs_exact,
     )
     return run_learner(
-        learner, data, sink, eval_data=eval_data, tokenizer=tokenizer, steps=steps, resume_state=resume_state
+        learner, data, sink, eval_data=eval_data, tokenizer=tokenizer, steps=steps, resume_state=resume_state,
+        precision=precision,
     )

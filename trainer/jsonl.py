@@ -6,27 +6,41 @@ A bad line is a JsonlError naming the file and the line. No torch at import: the
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 
 class JsonlError(ValueError):
-    """A JSONL file cannot be read, or a line of it is not a JSON object; the message says where."""
+    """A JSONL file cannot be read, or a line of it is not a JSON object; the message says where.
+
+    `line` is the 1-based line number (0 when the file as a whole is at fault) and `problem` the message
+    without the file and line, for callers that report places their own way."""
+
+    def __init__(self, message: str, *, line: int = 0, problem: str = "") -> None:
+        super().__init__(message)
+        self.line = line
+        self.problem = problem or message
 
 
-def parse_jsonl(text: str, *, name: str) -> list[dict]:
-    """The objects of JSONL `text`; `name` (a file name) is what the error messages call it."""
-    rows = []
+def numbered_jsonl(text: str, *, name: str) -> Iterator[tuple[int, dict]]:
+    """(line number, object) for each non-blank line of JSONL `text`; `name` is what errors call the file."""
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
             row = json.loads(line)
         except json.JSONDecodeError as error:
-            raise JsonlError(f"{name}, line {number}: not valid JSON ({error.msg})") from None
+            problem = f"not valid JSON ({error.msg} at column {error.colno})"
+            raise JsonlError(f"{name}, line {number}: {problem}", line=number, problem=problem) from None
         if not isinstance(row, dict):
-            raise JsonlError(f"{name}, line {number}: expected a JSON object, got {type(row).__name__}")
-        rows.append(row)
-    return rows
+            problem = f"expected a JSON object, got {type(row).__name__}"
+            raise JsonlError(f"{name}, line {number}: {problem}", line=number, problem=problem)
+        yield number, row
+
+
+def parse_jsonl(text: str, *, name: str) -> list[dict]:
+    """The objects of JSONL `text`; `name` (a file name) is what the error messages call it."""
+    return [row for _, row in numbered_jsonl(text, name=name)]
 
 
 def read_jsonl_file(path: str | Path) -> list[dict]:

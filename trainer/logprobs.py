@@ -15,7 +15,7 @@ from transformers import PreTrainedModel
 
 from trainer.data import SequenceBatch
 from trainer.generation import GroupSamples
-from trainer.losses import entropy_from_logits
+from trainer.losses import entropy_from_logprobs
 from trainer.selective_forward import (
     head_logits,
     hidden_states_at,
@@ -91,14 +91,16 @@ def completion_logprobs(
         logits = head_logits(model, hidden)
     else:
         logits = _unshared_completion_logits(model, samples)
-    if temperature > 0:
+    if temperature > 0 and temperature != 1.0:
         logits = logits / temperature
-    logprobs = logits.log_softmax(dim=-1).gather(-1, completion[..., None]).squeeze(-1)
+    # one log_softmax over the vocabulary serves the log-probs and the entropy (each pass is B*G*T*V floats)
+    all_logprobs = logits.log_softmax(dim=-1)
+    logprobs = all_logprobs.gather(-1, completion[..., None]).squeeze(-1)
     logprobs = logprobs * samples.completion_mask
     entropy = None
     if with_entropy:
         with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
-            entropy = entropy_from_logits(logits if entropy_grad else logits.detach())
+            entropy = entropy_from_logprobs(all_logprobs if entropy_grad else all_logprobs.detach())
     return logprobs, entropy
 
 

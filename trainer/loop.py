@@ -16,6 +16,7 @@ import random
 import shutil
 import time
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -29,7 +30,14 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from trainer.config import BaseConfig, ConfigError, config_kind, config_to_dict
 from trainer.data import Limits
-from trainer.models import LoraOptions, load_tokenizer
+from trainer.models import (
+    LoraOptions,
+    Precision,
+    load_tokenizer,
+    pick_device,
+    resolve_precision,
+    run_precision,
+)
 from trainer.sink import Sink
 
 STATE_FILE = "trainer_state.pt"
@@ -161,6 +169,7 @@ def save_checkpoint(
     scheduler: LambdaLR,
     data_order: DataOrder,
     extra_models: Mapping[str, PreTrainedModel] | None = None,
+    precision: Precision | None = None,
 ) -> Path:
     """Write everything a resume needs; written beside and renamed, so a crash never leaves half a checkpoint.
     `extra_models` (e.g. PPO's critic) are saved in subdirectories named by their keys."""
@@ -180,6 +189,7 @@ def save_checkpoint(
         "scheduler": scheduler.state_dict(),
         "data_order": data_order.state_dict(),
         "rng": rng_state(),
+        "precision": precision.mode if precision is not None else None,
     }
     torch.save(state, partial / STATE_FILE)
     shutil.rmtree(directory, ignore_errors=True)
@@ -262,6 +272,7 @@ class LoopParts:
     evaluate: Callable[[], dict[str, float]] | None = None
     write_samples: Callable[[int], None] | None = None
     resume_state: dict[str, Any] | None = None
+    precision: Precision | None = None
 
 
 def restore_training_state(
@@ -287,12 +298,34 @@ def optimizer_update(
 ) -> float:
     """Clip, step (only when the loss and the gradient are finite) and advance the schedule: the one place
     every kind steps its optimizer and scheduler. Returns the gradient norm."""
+    with outside_autocast(parameters[0].device if parameters else torch.device("cpu")):
+        return _clip_and_step(optimizer, scheduler, parameters, max_grad_norm, loss=loss)
+
+
+def _clip_and_step(
+    optimizer: Optimizer, scheduler: LambdaLR, parameters: list[torch.nn.Parameter], max_grad_norm: float,
+    *, loss: float,
+) -> float:
     grad_norm = torch.nn.utils.clip_grad_norm_(parameters, max_grad_norm if max_grad_norm > 0 else math.inf).item()
     if math.isfinite(loss) and math.isfinite(grad_norm):
         optimizer.step()
+        # autocast keeps the bf16 copies of the weights it made until its outermost region ends, and a step's
+        # later updates (PPO epochs, GRPO iterations) run in the same region: drop the copies of the old weights
+        torch.clear_autocast_cache()
     optimizer.zero_grad(set_to_none=True)
     scheduler.step()
     return grad_norm
+
+
+def outside_autocast(device: torch.device) -> AbstractContextManager:
+    return torch.autocast(device.type, enabled=False)
+
+
+def backward(loss: Tensor) -> None:
+    """loss.backward() outside autocast (as torch advises: backward ops run in the dtypes the forward chose;
+    on the CPU, autograd would otherwise apply the forward's autocast to the gradient computations too)."""
+    with outside_autocast(loss.device):
+        loss.backward()
 
 
 StepFunction = Callable[[int, bool], tuple[dict[str, float], int]]  # (step, record samples) -> (metrics, tokens)
@@ -317,12 +350,15 @@ class Training:
     write_samples: Callable[[int], None] | None = None
     extra_models: dict[str, PreTrainedModel] | None = None
     resume_state: dict[str, Any] | None = None
+    # every forward of a step, evaluation and samples runs under it (bf16 autocast under bf16-mixed)
+    precision: Precision | None = None
 
 
 def train_loop(run: Training, sink: Sink) -> TrainResult:
     """The training loop of every kind: step, evaluate, log, check for divergence, samples, checkpoint, stop.
     Raises TrainingDiverged on a NaN/Inf loss or gradient norm (after logging the step)."""
     config, steps = run.config, run.steps
+    precision = run.precision or resolve_precision("fp32", run.model.device)
     # resume: optimizer, schedule, data order and RNG exactly where the checkpoint left them
     start_step, tokens_seen = restore_training_state(run.resume_state, run.optimizer, run.scheduler, run.order)
     sink.start(total_steps=steps, start_step=start_step)
@@ -333,7 +369,8 @@ def train_loop(run: Training, sink: Sink) -> TrainResult:
         # step: forward, backward and the optimizer updates (which advance the schedule)
         started = time.perf_counter()
         lr = run.scheduler.get_last_lr()[0]
-        metrics, step_tokens = run.step(step, samples_due(step, config.sample_every, steps))
+        with precision.autocast(run.model.device):
+            metrics, step_tokens = run.step(step, samples_due(step, config.sample_every, steps))
         metrics["lr"] = lr
         elapsed = time.perf_counter() - started
         tokens_seen += step_tokens
@@ -342,14 +379,16 @@ def train_loop(run: Training, sink: Sink) -> TrainResult:
         # evaluate on schedule and at the end, but not a model a diverged step has just broken
         diverged = not all(math.isfinite(metrics[name]) for name in ("loss", "grad_norm"))
         if run.evaluate is not None and not diverged and (is_due(step, config.eval_every) or step == steps):
-            metrics.update(run.evaluate())
+            with precision.autocast(run.model.device):
+                metrics.update(run.evaluate())
         # log, then stop on divergence with the diverged step on record
         if is_due(step, config.log_every) or step == steps or diverged:
             sink.log(step, metrics, tokens_seen=tokens_seen)
         check_finite(step, metrics)
         # samples: online kinds recorded theirs in the rollout; offline kinds generate them now
         if run.write_samples is not None and is_due(step, config.sample_every):
-            run.write_samples(step)
+            with precision.autocast(run.model.device):
+                run.write_samples(step)
         # checkpoint on schedule, at the end and before stopping on request
         stop = sink.should_stop()
         if is_due(step, config.checkpoint_every) or step == steps or stop:
@@ -371,6 +410,7 @@ def _checkpoint(run: Training, sink: Sink, step: int, tokens_seen: int) -> str:
         scheduler=run.scheduler,
         data_order=run.order,
         extra_models=run.extra_models,
+        precision=run.precision,
     )
     sink.checkpoint(step, str(path))
     retain_checkpoints(run.config, sink, path)
@@ -403,7 +443,7 @@ def run_steps(parts: LoopParts, sink: Sink) -> TrainResult:
     return train_loop(
         Training(config=config, model=model, tokenizer=parts.tokenizer, optimizer=optimizer, scheduler=scheduler,
                  order=order, steps=steps, step=step, evaluate=parts.evaluate, write_samples=parts.write_samples,
-                 resume_state=parts.resume_state),
+                 resume_state=parts.resume_state, precision=parts.precision),
         sink,
     )
 
@@ -423,7 +463,7 @@ def _offline_step(
         loss = output.loss
         if config.debug_nan_at_step == step:
             loss = loss * float("nan")
-        loss.backward()
+        backward(loss)
         loss_total += loss.item()
         tokens += output.tokens
         for name, value in output.metrics.items():
@@ -452,6 +492,7 @@ class RunStart:
     adapter: str | None
     resume_state: dict[str, Any] | None
     model_options: dict[str, Any]
+    precision: Precision
 
 
 def start_run(config: BaseConfig) -> RunStart:
@@ -460,6 +501,7 @@ def start_run(config: BaseConfig) -> RunStart:
     seed_everything(config.seed)
     resume_state = resume_state_for(config)
     weights, adapter = model_source(config)
+    precision = run_precision(config, pick_device())
     return RunStart(
         tokenizer=load_tokenizer(config.resume_from or config.model),
         limits=Limits(config.max_length, config.max_prompt_length),
@@ -470,7 +512,9 @@ def start_run(config: BaseConfig) -> RunStart:
             "lora": LoraOptions.from_config(config),
             "adapter": adapter,
             "gradient_checkpointing": config.gradient_checkpointing,
+            "precision": precision,
         },
+        precision=precision,
     )
 
 

@@ -255,7 +255,11 @@ def entropy_from_logits(logits: Tensor) -> Tensor:
     """
     if logits.dim() == 0:
         raise ValueError("logits must end with a vocabulary dimension, e.g. shape [B, T, V]; got a scalar")
-    log_probs = torch.log_softmax(logits, dim=-1)
+    return entropy_from_logprobs(torch.log_softmax(logits, dim=-1))
+
+
+def entropy_from_logprobs(log_probs: Tensor) -> Tensor:
+    """Entropy from normalised log-probs [B, T, V] (a log_softmax already computed) -> [B, T]."""
     return -(log_probs.exp() * log_probs).sum(dim=-1)
 
 

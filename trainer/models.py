@@ -2,16 +2,22 @@
 and building the tiny local models the tests and benchmarks train (there is no model hub here).
 
 Every loader goes through transformers' from_pretrained; a bad path fails with ModelLoadError naming the
-path and what is missing. bf16 on GPUs that support it, else float32; LoRA via peft when asked.
+path and what is missing. The precision (`resolve_precision`) decides the dtypes: trained weights in fp32 unless
+pure bf16 is asked for, frozen models (references, reward models that only score) in bf16 under bf16-mixed.
+LoRA via peft when asked; with LoRA the reference is the policy with its adapters disabled (`Reference`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
 from transformers import (
     AutoModelForCausalLM,
     AutoModelForSequenceClassification,
@@ -23,7 +29,10 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
-from trainer.config import BaseConfig
+from trainer.config import BaseConfig, ConfigError
+from trainer.model_names import ACCEPTED, is_hub_id, looks_local
+
+logger = logging.getLogger(__name__)
 
 
 class ModelLoadError(ValueError):
@@ -48,21 +57,78 @@ def pick_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def pick_dtype(device: torch.device) -> torch.dtype:
-    if device.type == "cuda" and torch.cuda.is_bf16_supported():
-        return torch.bfloat16
-    return torch.float32
+def bf16_capable(device: torch.device) -> bool:
+    """bf16 arithmetic is native here: a CUDA GPU that supports it. (The CPU computes bf16 too, but slowly,
+    so `auto` keeps fp32 there; bf16-mixed can still be asked for, which is how it is tested.)"""
+    return device.type == "cuda" and torch.cuda.is_bf16_supported()
 
 
-def _looks_local(path: str) -> bool:
-    return path.startswith(("/", "./", "../", "~")) or Path(path).exists() or path.count("/") > 1
+@dataclass(frozen=True)
+class Precision:
+    """A resolved precision: `mode` is fp32, bf16-mixed or bf16 (never auto); `requested` what the config said."""
+
+    mode: str
+    requested: str
+
+    @property
+    def trained_dtype(self) -> torch.dtype:
+        """Weights that AdamW steps (and so its state): fp32 unless pure bf16 was asked for."""
+        return torch.bfloat16 if self.mode == "bf16" else torch.float32
+
+    @property
+    def frozen_dtype(self) -> torch.dtype:
+        """Weights that never change (a reference, a scoring reward model, LoRA's base): no update to round."""
+        return torch.float32 if self.mode == "fp32" else torch.bfloat16
+
+    @property
+    def sampling_logprobs_exact(self) -> bool:
+        """Sampling and the training forward give the same log-probs (to ~1e-5) only in fp32. In bf16 their different
+        kernels and orders of summation differ (a GRPO step on SmolLM2 under bf16-mixed: policy ratios of 0.86 to
+        1.25 before any update), so the old log-probs come from the training forward instead."""
+        return self.mode == "fp32"
+
+    def autocast(self, device: torch.device) -> AbstractContextManager:
+        """The context every forward of the run goes under (training, scoring, generation): bf16 autocast
+        under bf16-mixed, nothing otherwise. Backward and the optimizer step run outside it."""
+        if self.mode != "bf16-mixed":
+            return nullcontext()
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+
+    def describe(self) -> str:
+        return self.mode if self.requested == self.mode else f"{self.mode} ({self.requested})"
+
+
+def resolve_precision(requested: str, device: torch.device) -> Precision:
+    """`auto` becomes bf16-mixed on a bf16-capable GPU and fp32 elsewhere; bf16 modes on a GPU without bf16
+    are a ConfigError."""
+    if requested == "auto":
+        return Precision("bf16-mixed" if bf16_capable(device) else "fp32", requested)
+    if requested not in ("fp32", "bf16-mixed", "bf16"):
+        raise ConfigError("precision", f"unknown precision {requested!r}; choose auto, fp32, bf16-mixed or bf16")
+    if requested != "fp32" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        raise ConfigError("precision", f"{requested} needs bf16, which this GPU does not support; use fp32")
+    return Precision(requested, requested)
+
+
+def run_precision(config: BaseConfig, device: torch.device) -> Precision:
+    """The run's resolved precision, said in the log (a warning for pure bf16, whose updates round)."""
+    precision = resolve_precision(config.precision, device)
+    logger.info("precision: %s on %s", precision.describe(), device.type)
+    if precision.mode == "bf16":
+        logger.warning(
+            "precision bf16: AdamW steps bf16 weights, so updates smaller than about 2^-9 of a weight are rounded "
+            "away (lr=%g); bf16-mixed keeps fp32 weights", config.lr
+        )
+    return precision
 
 
 def check_model_path(path: str) -> None:
-    """Fail early and clearly on a local path that cannot hold a model; hub ids pass through."""
+    """Fail early and clearly on a local path that cannot hold a model, or a name that is not a hub id."""
     if not path or not path.strip():
         raise ModelLoadError("no model path given")
-    if not _looks_local(path):
+    if not looks_local(path):
+        if not is_hub_id(path):
+            raise ModelLoadError(f"{path!r} is not a model: give {ACCEPTED}")
         return
     directory = Path(path).expanduser()
     if not directory.exists():
@@ -76,7 +142,7 @@ def check_model_path(path: str) -> None:
 def _from_pretrained(loader, path: str, what: str, **kwargs):
     check_model_path(path)
     try:
-        return loader.from_pretrained(str(Path(path).expanduser()) if _looks_local(path) else path, **kwargs)
+        return loader.from_pretrained(str(Path(path).expanduser()) if looks_local(path) else path, **kwargs)
     except (OSError, ValueError) as error:
         raise ModelLoadError(f"cannot load the {what} from {path!r}: {error}") from error
 
@@ -90,6 +156,33 @@ def load_tokenizer(path: str) -> PreTrainedTokenizerBase:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
     return tokenizer
+
+
+class Float32Head(nn.Linear):
+    """An output head (LM head, reward or value head) that autocast leaves in fp32: under bf16-mixed a bf16 LM head
+    rounds logits of magnitude 16-32 to steps of 0.125, the largest part of the log-prob error (measured on
+    SmolLM2: 0.18 -> 0.06 at most, 0.030 -> 0.019 on average per token), as MiniMax-M1 (2025) found too."""
+
+    def forward(self, hidden: Tensor) -> Tensor:
+        with torch.autocast(hidden.device.type, enabled=False):
+            return F.linear(hidden.to(self.weight.dtype), self.weight, self.bias)
+
+
+def _heads_in_fp32(model: PreTrainedModel) -> PreTrainedModel:
+    """Under bf16-mixed, the fp32 output heads of a trained model become Float32Heads (same parameters; a plain
+    Linear's class is swapped, so everything that calls the module gets fp32 outputs, the fast decoder included)."""
+    for head in (model.get_output_embeddings(), getattr(model, "score", None)):
+        if type(head) is nn.Linear and head.weight.dtype == torch.float32:
+            head.__class__ = Float32Head
+    return model
+
+
+def _trained_in(model: PreTrainedModel, dtype: torch.dtype) -> PreTrainedModel:
+    """Every trainable parameter in `dtype` (LoRA adapters and heads peft makes trainable over a bf16 base)."""
+    for parameter in model.parameters():
+        if parameter.requires_grad and parameter.dtype != dtype:
+            parameter.data = parameter.data.to(dtype)
+    return model
 
 
 def _prepare(model: PreTrainedModel, *, gradient_checkpointing: bool) -> PreTrainedModel:
@@ -125,14 +218,20 @@ def _load_trainable(
     adapter: str | None,
     gradient_checkpointing: bool,
     device: torch.device | None,
+    precision: Precision | None,
     **kwargs,
 ) -> PreTrainedModel:
     device = device or pick_device()
-    model = _from_pretrained(auto_class, path, what, dtype=pick_dtype(device), **kwargs).to(device)
+    precision = precision or resolve_precision("auto", device)
+    # with LoRA the loaded weights are frozen: bf16 under bf16-mixed; only the adapters train (in fp32)
+    dtype = precision.frozen_dtype if lora is not None else precision.trained_dtype
+    model = _from_pretrained(auto_class, path, what, dtype=dtype, **kwargs).to(device)
     model = _prepare(model, gradient_checkpointing=gradient_checkpointing)
+    if precision.mode == "bf16-mixed":
+        model = _heads_in_fp32(model)
     if lora is not None:
         model = _with_lora(model, lora, task_type=task_type, adapter=adapter)
-    return model.train()
+    return _trained_in(model, precision.trained_dtype).train()
 
 
 def load_policy(
@@ -142,8 +241,10 @@ def load_policy(
     adapter: str | None = None,
     gradient_checkpointing: bool = False,
     device: torch.device | None = None,
+    precision: Precision | None = None,
 ) -> PreTrainedModel:
-    """A causal LM in train mode. With `lora`, only adapters train; `adapter` resumes saved adapters."""
+    """A causal LM in train mode. With `lora`, only adapters train; `adapter` resumes saved adapters.
+    Without `precision`, that of `auto` on the device."""
     return _load_trainable(
         AutoModelForCausalLM,
         path,
@@ -153,15 +254,69 @@ def load_policy(
         adapter=adapter,
         gradient_checkpointing=gradient_checkpointing,
         device=device,
+        precision=precision,
     )
 
 
-def load_reference(path: str, *, device: torch.device | None = None) -> PreTrainedModel:
-    """A frozen causal LM in eval mode (requires_grad False everywhere)."""
+def _load_frozen(auto_class, path: str, what: str, *, device: torch.device | None, precision: Precision | None, **kwargs):
     device = device or pick_device()
-    model = _from_pretrained(AutoModelForCausalLM, path, "reference model", dtype=pick_dtype(device)).to(device)
+    precision = precision or resolve_precision("auto", device)
+    model = _from_pretrained(auto_class, path, what, dtype=precision.frozen_dtype, **kwargs).to(device)
     model.requires_grad_(False)
     return model.eval()
+
+
+def load_reference(path: str, *, device: torch.device | None = None, precision: Precision | None = None) -> PreTrainedModel:
+    """A frozen causal LM in eval mode (requires_grad False everywhere)."""
+    return _load_frozen(AutoModelForCausalLM, path, "reference model", device=device, precision=precision)
+
+
+@dataclass(frozen=True)
+class Reference:
+    """The frozen model reference log-probs come from: a model of its own, or (`adapters_off`) the LoRA policy
+    itself with its adapters disabled, so that the base weights are held once."""
+
+    model: PreTrainedModel
+    adapters_off: bool = False
+
+    @contextmanager
+    def active(self) -> Iterator[PreTrainedModel]:
+        """The model to run reference forwards with: the policy is put in eval mode, as a loaded reference is,
+        with its adapters disabled, and restored afterwards."""
+        if not self.adapters_off:
+            yield self.model
+            return
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with self.model.disable_adapter():
+                yield self.model
+        finally:
+            self.model.train(was_training)
+
+
+def is_lora_model(model: PreTrainedModel | None) -> bool:
+    if model is None:
+        return False
+    from peft import PeftModel
+
+    return isinstance(model, PeftModel)
+
+
+def _same_model(a: str, b: str) -> bool:
+    if looks_local(a) and looks_local(b):
+        return Path(a).expanduser().resolve() == Path(b).expanduser().resolve()
+    return a == b
+
+
+def load_reference_for(
+    path: str, policy: PreTrainedModel | None, *, device: torch.device | None = None, precision: Precision | None = None
+) -> Reference:
+    """The reference at `path`: when `policy` is a LoRA model on those very weights, the policy with its adapters
+    disabled (no second copy); otherwise a frozen model loaded from `path`."""
+    if is_lora_model(policy) and _same_model(path, policy.get_base_model().name_or_path):
+        return Reference(policy, adapters_off=True)
+    return Reference(load_reference(path, device=device, precision=precision))
 
 
 def load_reward_model(
@@ -172,8 +327,21 @@ def load_reward_model(
     adapter: str | None = None,
     gradient_checkpointing: bool = False,
     device: torch.device | None = None,
+    precision: Precision | None = None,
+    frozen: bool = False,
 ) -> PreTrainedModel:
-    """A sequence classifier with one output (the reward), scoring the last non-pad token."""
+    """A sequence classifier with one output (the reward), scoring the last non-pad token; `frozen` (a reward
+    model that only scores) loads it like a reference: eval mode, no gradients, the frozen dtype."""
+    if frozen:
+        return _load_frozen(
+            AutoModelForSequenceClassification,
+            path,
+            "reward model",
+            device=device,
+            precision=precision,
+            num_labels=1,
+            pad_token_id=pad_token_id,
+        )
     return _load_trainable(
         AutoModelForSequenceClassification,
         path,
@@ -183,6 +351,7 @@ def load_reward_model(
         adapter=adapter,
         gradient_checkpointing=gradient_checkpointing,
         device=device,
+        precision=precision,
         num_labels=1,
         pad_token_id=pad_token_id,
     )

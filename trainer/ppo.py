@@ -12,6 +12,7 @@ critic_model, else the reward model, else the policy's weights with a fresh head
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -24,9 +25,9 @@ from transformers import PreTrainedModel
 from trainer.config import ConfigError, PPOConfig
 from trainer.generation import GroupSamples, HFGenerationBackend
 from trainer.logprobs import completion_logprobs
-from trainer.loop import TrainResult, build_scheduler, optimizer_update, total_steps
+from trainer.loop import TrainResult, backward, build_scheduler, optimizer_update, total_steps
 from trainer.losses import gae, masked_mean, policy_loss, value_loss
-from trainer.models import load_reference, load_reward_model
+from trainer.models import Reference, load_reference_for, load_reward_model
 from trainer.rewards import Rewarder
 from trainer.rollout import (
     ScoredGroups,
@@ -86,12 +87,16 @@ class PPOLearner:
         config: PPOConfig,
         policy: PreTrainedModel,
         critic: PreTrainedModel,
-        reference: PreTrainedModel | None,
+        reference: Reference | None,
         backend: HFGenerationBackend,
         rewarder: Rewarder,
         optimizer: AdamW,
         scheduler: torch.optim.lr_scheduler.LambdaLR,
+        *,
+        recompute_old_logprobs: bool = False,
     ) -> None:
+        """`recompute_old_logprobs`: as in trainer.grpo.GRPOLearner (bf16: the training forward's log-probs)."""
+        self.recompute_old_logprobs = recompute_old_logprobs
         self.config = config
         self.policy = policy
         self.critic = critic
@@ -108,12 +113,16 @@ class PPOLearner:
         config = self.config
         scored = sample_and_score(self.backend, self.rewarder, rows, self.params, config, timings)
         started = time.perf_counter()
+        if self.recompute_old_logprobs:
+            logprobs = completion_logprobs(self.policy, scored.samples, temperature=config.temperature)[0]
+            scored = dataclasses.replace(scored, samples=dataclasses.replace(scored.samples, logprobs=logprobs))
         samples = scored.samples
         mask = samples.completion_mask
         old_values = token_values(self.critic, samples)
         kl = torch.zeros_like(samples.logprobs)
         if self.reference is not None:
-            ref_logprobs = completion_logprobs(self.reference, samples, temperature=config.temperature)[0]
+            with self.reference.active() as reference:
+                ref_logprobs = completion_logprobs(reference, samples, temperature=config.temperature)[0]
             kl = (samples.logprobs - ref_logprobs) * mask
         rewards = -config.kl_coef * kl
         last = (mask.sum(dim=1) - 1).clamp(min=0)
@@ -166,7 +175,7 @@ class PPOLearner:
         loss = surrogate + config.vf_coef * critic_loss - config.entropy_coef * mean_entropy
         if config.debug_nan_at_step == step:
             loss = loss * float("nan")
-        loss.backward()
+        backward(loss)
         metrics.update(
             {"loss": loss.item(), "policy/loss": surrogate.item(), "value/loss": critic_loss.item(),
              "entropy": mean_entropy.item()}
@@ -207,9 +216,14 @@ def train(
 ) -> TrainResult:
     if config.grad_accum_steps != 1:
         raise ConfigError("grad_accum_steps", "PPO splits each rollout with num_mini_batches; leave this at 1")
-    resume_state, tokenizer, policy = prepare_online(config, data)
-    critic = load_reward_model(critic_source(config), pad_token_id=tokenizer.pad_token_id, device=policy.device)
-    reference = load_reference(config.reference_model or config.model) if config.kl_coef > 0 else None
+    resume_state, tokenizer, policy, precision = prepare_online(config, data)
+    critic = load_reward_model(
+        critic_source(config), pad_token_id=tokenizer.pad_token_id, device=policy.device, precision=precision
+    )
+    reference = (
+        load_reference_for(config.reference_model or config.model, policy, precision=precision)
+        if config.kl_coef > 0 else None
+    )
     optimizer = AdamW(
         [
             {"params": [p for p in policy.parameters() if p.requires_grad], "lr": config.lr},
@@ -220,10 +234,10 @@ def train(
     steps = total_steps(config, len(data))
     scheduler = build_scheduler(optimizer, config, steps * config.ppo_epochs * config.num_mini_batches)
     learner = PPOLearner(
-        config, policy, critic, reference, HFGenerationBackend(policy, tokenizer), build_rewarder(config),
-        optimizer, scheduler,
+        config, policy, critic, reference, HFGenerationBackend(policy, tokenizer), build_rewarder(config, precision),
+        optimizer, scheduler, recompute_old_logprobs=not precision.sampling_logprobs_exact,
     )
     return run_learner(
         learner, data, sink, eval_data=eval_data, tokenizer=tokenizer, steps=steps, resume_state=resume_state,
-        extra_models={CRITIC_DIR: critic},
+        precision=precision, extra_models={CRITIC_DIR: critic},
     )

@@ -126,5 +126,6 @@ def train(
         dataset_size=len(pairs),
         evaluate=(lambda: objective.evaluate(eval_pairs, config.batch_size)) if eval_pairs else None,
         resume_state=start.resume_state,
+        precision=start.precision,
     )
     return run_steps(parts, sink)

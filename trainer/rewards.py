@@ -7,7 +7,6 @@ names and help texts for its launch form. Only `RewardModelScorer` loads torch, 
 from __future__ import annotations
 
 import re
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -17,15 +16,18 @@ from trainer.answers import answers_match, extract_answer
 
 @dataclass(frozen=True)
 class RewardInput:
-    """One completion to score. Lengths are in tokens; max_length is the run's max_new_tokens."""
+    """One completion to score. Lengths are in tokens; max_length is the run's max_new_tokens. The prompt is
+    text or a conversation (a list of messages). `answer_fallback_last_number` is the run's option of that name:
+    answer_match then reads the last number of a completion that has no answer tag or \\boxed{}."""
 
-    prompt: str
+    prompt: str | list[dict]
     completion: str
     answer: str | None
     length: int
     truncated: bool
     max_length: int
     overlong_buffer: int
+    answer_fallback_last_number: bool = False
 
 
 RewardFunction = Callable[[RewardInput], float]
@@ -39,7 +41,8 @@ def answer_match(sample: RewardInput) -> float:
     if sample.answer is None:
         raise ValueError("reward 'answer_match' needs an 'answer' in every data row; this prompt has none: "
                          f"{sample.prompt[:80]!r}")
-    return 1.0 if answers_match(extract_answer(sample.completion), sample.answer) else 0.0
+    predicted = extract_answer(sample.completion, fallback_last_number=sample.answer_fallback_last_number)
+    return 1.0 if answers_match(predicted, sample.answer) else 0.0
 
 
 def format_tags(sample: RewardInput) -> float:
@@ -73,8 +76,8 @@ def soft_overlong(sample: RewardInput) -> float:
 REWARD_FUNCTIONS: dict[str, tuple[RewardFunction, str]] = {
     "answer_match": (
         answer_match,
-        "1 when the final answer (last <answer>...</answer>, else the last number) equals the row's answer "
-        "numerically, else 0.",
+        "1 when the final answer (the last <answer>...</answer>, else the last \\boxed{...}) equals the row's "
+        "answer numerically, else 0; 0 when the completion has neither (unless answer_fallback_last_number).",
     ),
     "format_tags": (
         format_tags,
@@ -108,23 +111,25 @@ def check_reward_weights(weights: Mapping[str, float], *, field: str = "rewards"
 class RewardModelScorer:
     """Scores prompt + completion with a trained reward model (a scalar head), in batches.
 
-    Sequences are built as trainer.reward_model trains on them: the prompt with the tokenizer's special
-    tokens, the completion without, then EOS, right-padded.
+    Sequences are built as trainer.reward_model trains on them (trainer.chat.encode_completions, TRL's
+    tokenisation): a text prompt + completion + EOS, or a conversation + the completion as the assistant's turn
+    through the chat template; right-padded.
     """
 
-    def __init__(self, path: str, *, batch_size: int = 16) -> None:
+    def __init__(self, path: str, *, batch_size: int = 16, precision: Any = None) -> None:
+        """`precision`: the run's trainer.models.Precision (a frozen scorer is held in its frozen dtype)."""
         from trainer.models import load_reward_model, load_tokenizer
 
         self.tokenizer = load_tokenizer(path)
-        self.model = load_reward_model(path, pad_token_id=self.tokenizer.pad_token_id).eval()
-        self.model.requires_grad_(False)
+        self.model = load_reward_model(path, pad_token_id=self.tokenizer.pad_token_id, precision=precision, frozen=True)
         self.batch_size = batch_size
 
-    def _example(self, prompt: str, completion: str):
-        from trainer.data import SequenceExample, encode_completion
+    def _example(self, prompt: str | list[dict], completion: str):
+        from trainer.chat import assistant_turn, encode_completions
+        from trainer.data import SequenceExample
 
-        prompt_ids = self.tokenizer(prompt)["input_ids"]
-        completion_ids = encode_completion(self.tokenizer, completion, room=sys.maxsize)
+        answer = completion if isinstance(prompt, str) else assistant_turn(completion)
+        prompt_ids, (completion_ids,) = encode_completions(self.tokenizer, prompt, [answer])
         return SequenceExample(prompt_ids + completion_ids, len(prompt_ids))
 
     def __call__(self, prompts: Sequence[str], completions: Sequence[str]) -> list[float]:
@@ -189,6 +194,7 @@ def reward_inputs(
     truncated: Sequence[bool],
     max_length: int,
     overlong_buffer: int,
+    answer_fallback_last_number: bool = False,
 ) -> list[RewardInput]:
     """Zip per-completion columns into RewardInputs (answers of None stay None, others become str)."""
     return [
@@ -200,6 +206,7 @@ def reward_inputs(
             truncated=bool(cut),
             max_length=max_length,
             overlong_buffer=overlong_buffer,
+            answer_fallback_last_number=answer_fallback_last_number,
         )
         for prompt, completion, answer, length, cut in zip(
             prompts, completions, answers, lengths, truncated, strict=True

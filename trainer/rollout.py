@@ -16,9 +16,10 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from trainer.chat import display_text
 from trainer.config import OnlineConfig
 from trainer.data import DataError, Limits, check_rows, encode_prompt
-from trainer.evaluation import accuracy_evaluator
+from trainer.evaluation import accuracy_evaluator, format_rate
 from trainer.generation import GroupSamples, HFGenerationBackend, SamplingParams, concat_samples
 from trainer.loop import (
     DataOrder,
@@ -29,9 +30,9 @@ from trainer.loop import (
     seed_everything,
     train_loop,
 )
-from trainer.models import LoraOptions, load_policy, load_tokenizer
+from trainer.models import LoraOptions, Precision, load_policy, load_tokenizer, pick_device, run_precision
 from trainer.rewards import Rewarder, RewardModelScorer, reward_inputs
-from trainer.sink import Sink
+from trainer.sink import Sink, sample_row
 
 
 @dataclass
@@ -63,13 +64,17 @@ def concat_scored(parts: Sequence[ScoredGroups], *, pad_token_id: int) -> Scored
     )
 
 
-def build_rewarder(config: OnlineConfig) -> Rewarder:
-    scorer = RewardModelScorer(config.reward_model) if config.reward_model else None
+def build_rewarder(config: OnlineConfig, precision: Precision | None = None) -> Rewarder:
+    scorer = RewardModelScorer(config.reward_model, precision=precision) if config.reward_model else None
     return Rewarder(config.rewards, scorer=scorer, scorer_weight=config.reward_model_weight)
 
 
 def check_prompt_rows(rows: Sequence[dict], config: OnlineConfig, *, name: str = "training data") -> None:
-    """Every row needs a prompt; `answer_match` also needs an answer in every row."""
+    """Every row needs a prompt (text or a conversation); `answer_match` also needs an answer in every row."""
+    for index, row in enumerate(rows):
+        # prompt-only rows, as TRL's GRPO takes them: no `messages` or implicit prompt to take one from
+        if isinstance(row, dict) and "prompt" not in row:
+            raise DataError(f"{name} row {index}: missing field 'prompt'")
     check_rows(rows, ("prompt",), name=name)
     if "answer_match" in config.rewards:
         for index, row in enumerate(rows):
@@ -108,6 +113,7 @@ def sample_and_score(
             truncated=samples.truncated.tolist(),
             max_length=config.max_new_tokens,
             overlong_buffer=config.overlong_buffer,
+            answer_fallback_last_number=config.answer_fallback_last_number,
         )
     )
     timings["time/generation_s"] = timings.get("time/generation_s", 0.0) + generated - started
@@ -133,6 +139,8 @@ def reward_metrics(scored: ScoredGroups) -> dict[str, float]:
         "reward/std": rewards.std().item() if rewards.numel() > 1 else 0.0,
         "completion/mean_length": samples.lengths.float().mean().item(),
         "completion/clipped_ratio": samples.truncated.float().mean().item(),
+        # what strict answer_match can read: a policy drifting off the format shows here before the reward falls
+        "completion/format_rate": format_rate(samples.texts),
     }
     for name, values in scored.per_function.items():
         metrics[f"reward/{name}"] = sum(values) / len(values)
@@ -146,11 +154,13 @@ def record_rollout_samples(
     size = scored.samples.group_size
     for i in range(min(count, len(scored.rewards))):
         sink.sample(
-            step,
-            scored.rows[i // size]["prompt"],
-            scored.samples.texts[i],
-            {name: values[i] for name, values in scored.per_function.items()},
-            advantage=float(advantages[i].mean()),
+            sample_row(
+                step,
+                display_text(scored.rows[i // size]["prompt"]),
+                scored.samples.texts[i],
+                {name: values[i] for name, values in scored.per_function.items()},
+                advantage=float(advantages[i].mean()),
+            )
         )
 
 
@@ -160,8 +170,9 @@ def prompt_drawer(data: Sequence[dict], order: DataOrder, batch_size: int) -> Ca
 
 def prepare_online(
     config: OnlineConfig, data: Sequence[dict]
-) -> tuple[dict[str, Any] | None, PreTrainedTokenizerBase, PreTrainedModel]:
-    """Validate config and data, seed, and load the policy (from the checkpoint when resuming)."""
+) -> tuple[dict[str, Any] | None, PreTrainedTokenizerBase, PreTrainedModel, Precision]:
+    """Validate config and data, seed, resolve the precision and load the policy (from the checkpoint when
+    resuming)."""
     config.validate()
     check_prompt_rows(data, config)
     seed_everything(config.seed)
@@ -169,13 +180,15 @@ def prepare_online(
     weights, adapter = model_source(config)
     tokenizer = load_tokenizer(config.resume_from or config.model)
     check_prompt_lengths(data, tokenizer, config)
+    precision = run_precision(config, pick_device())
     policy = load_policy(
         weights,
         lora=LoraOptions.from_config(config),
         adapter=adapter,
         gradient_checkpointing=config.gradient_checkpointing,
+        precision=precision,
     )
-    return resume_state, tokenizer, policy
+    return resume_state, tokenizer, policy, precision
 
 
 class Learner(Protocol):
@@ -202,6 +215,7 @@ def run_learner(
     tokenizer: PreTrainedTokenizerBase,
     steps: int,
     resume_state: dict[str, Any] | None,
+    precision: Precision,
     extra_models: dict[str, PreTrainedModel] | None = None,
 ) -> TrainResult:
     """Drive `learner.step` over prompts drawn in the seeded data order (GRPO and PPO)."""
@@ -220,5 +234,6 @@ def run_learner(
         evaluate=accuracy_evaluator(learner.policy, tokenizer, eval_data, config.max_new_tokens),
         extra_models=extra_models,
         resume_state=resume_state,
+        precision=precision,
     )
     return train_loop(run, sink)

@@ -80,5 +80,6 @@ def train(config: SFTConfig, data: Sequence[dict], sink: Sink, *, eval_data: Seq
         evaluate=evaluate if eval_examples else None,
         write_samples=sample_writer(sink, model, tokenizer, eval_data or data, max_new_tokens=config.eval_max_new_tokens),
         resume_state=start.resume_state,
+        precision=start.precision,
     )
     return run_steps(parts, sink)

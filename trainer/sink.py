@@ -25,15 +25,8 @@ class Sink(Protocol):
     def log(self, step: int, metrics: Mapping[str, float], *, tokens_seen: int) -> None:
         """Metrics of one optimizer step (DESIGN section 5 names). NaN/Inf are passed through, never dropped."""
 
-    def sample(
-        self,
-        step: int,
-        prompt: str,
-        completion: str,
-        rewards: Mapping[str, float],
-        advantage: float | None = None,
-    ) -> None:
-        """What the model actually wrote at this step, with its rewards per function."""
+    def sample(self, row: SampleRow) -> None:
+        """What the model actually wrote at a step (`row`, made by `sample_row`), with its rewards per function."""
 
     def should_stop(self) -> bool:
         """True when the run was asked to stop; loops check it at least once per step."""
@@ -119,15 +112,8 @@ class FileSink:
         row = {"step": step, "time": time.time(), "tokens_seen": tokens_seen, "metrics": dict(metrics)}
         self._append("metrics.jsonl", row)
 
-    def sample(
-        self,
-        step: int,
-        prompt: str,
-        completion: str,
-        rewards: Mapping[str, float],
-        advantage: float | None = None,
-    ) -> None:
-        self._append("samples.jsonl", sample_row(step, prompt, completion, rewards, advantage))
+    def sample(self, row: SampleRow) -> None:
+        self._append("samples.jsonl", row)
 
     def should_stop(self) -> bool:
         return self.stop_file is not None and self.stop_file.exists()
@@ -174,15 +160,8 @@ class MemorySink:
         self.metrics[step]["tokens_seen"] = tokens_seen
         self.last_step = step
 
-    def sample(
-        self,
-        step: int,
-        prompt: str,
-        completion: str,
-        rewards: Mapping[str, float],
-        advantage: float | None = None,
-    ) -> None:
-        self.samples.append(sample_row(step, prompt, completion, rewards, advantage))
+    def sample(self, row: SampleRow) -> None:
+        self.samples.append(row)
 
     def should_stop(self) -> bool:
         return self.stop_at_step is not None and self.last_step >= self.stop_at_step

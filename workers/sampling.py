@@ -1,5 +1,11 @@
 """A sampling job's execution on a GPU worker: fill each prompt of a project lacking responses up to K with
-samples from a model. Every write goes through the annotation services."""
+samples from a model. Every write goes through the annotation services.
+
+Prompts are formatted by trainer.chat, as training formats them: on a model with a chat template every prompt is
+a conversation (a text prompt is one user turn) sent through the template with the generation prompt, and
+its ids are not tokenised again with special tokens; a model without a template gets text. Generation stops
+at any of the model's end tokens, and a stored response holds no special token.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +13,9 @@ import logging
 
 import torch
 
-from trainer.generation import HFGenerationBackend, SamplingParams
-from trainer.models import load_policy, load_tokenizer
+from trainer.chat import ChatFormatError, TextOrConversation, has_chat_template
+from trainer.generation import GroupSamples, HFGenerationBackend, SamplingParams
+from trainer.models import load_reference, load_tokenizer
 from webapp.annotation import selectors, services
 from webapp.annotation.models import Prompt, Response, SamplingJob
 
@@ -39,28 +46,52 @@ def _sample_into_project(job: SamplingJob) -> None:
         return
     torch.manual_seed(int(options.get("seed", 0)))
     tokenizer = load_tokenizer(path)
-    backend = HFGenerationBackend(load_policy(path).eval(), tokenizer)
+    generation_prompts = {prompt.pk: _generation_prompt(prompt, tokenizer) for prompt in prompts}
+    # a frozen model (eval mode, no gradients): bf16 on a GPU that has it, as nothing here trains
+    backend = HFGenerationBackend(load_reference(path), tokenizer)
     params = SamplingParams(
         group_size=per_prompt,
         max_new_tokens=int(options["max_new_tokens"]),
         temperature=float(options["temperature"]),
         top_p=float(options["top_p"]),
     )
-    detail = {"model": job.model_path, "sampling_job": job.pk, **options}
+    # whether prompts went through the chat template: a text prompt was then sampled as one user turn
+    detail = {"model": job.model_path, "sampling_job": job.pk, "chat_template": has_chat_template(tokenizer), **options}
     batch_size = int(options.get("batch_size", 8))
     done = 0
     for start in range(0, len(prompts), batch_size):
         batch = prompts[start : start + batch_size]
-        samples = backend.generate([_generation_text(prompt, tokenizer) for prompt in batch], params)
+        samples = backend.generate([generation_prompts[prompt.pk] for prompt in batch], params)
+        responses = _response_texts(samples, tokenizer, end_ids=backend.end_token_ids)
         for index, prompt in enumerate(batch):
-            texts = samples.texts[index * per_prompt : (index + 1) * per_prompt]
+            texts = responses[index * per_prompt : (index + 1) * per_prompt]
             services.responses_add(prompt_id=prompt.pk, texts=texts[: per_prompt - prompt.response_count],
                                    source=Response.Source.MODEL, source_detail=detail)
         done += len(batch)
         services.sampling_job_progress(job_id=job.pk, done=done)
 
 
-def _generation_text(prompt: Prompt, tokenizer) -> str:
-    if prompt.messages and getattr(tokenizer, "chat_template", None):
-        return tokenizer.apply_chat_template(prompt.messages, tokenize=False, add_generation_prompt=True)
-    return prompt.text
+def _generation_prompt(prompt: Prompt, tokenizer) -> TextOrConversation:
+    """What the model is prompted with, as trainer.chat takes it. A chat model prompted with bare text writes
+    badly (SmolLM2-135M-Instruct: 4 of 6 raw samples empty, 0 of 6 templated), so a text prompt becomes one user
+    turn on a model with a template; a conversation for a model without a template is refused, as training
+    would refuse it, rather than sampled in a format nothing trains on."""
+    if not has_chat_template(tokenizer):
+        if prompt.messages:
+            raise ChatFormatError(
+                f"prompt {prompt.external_id!r} is a conversation but the model's tokenizer has no chat "
+                "template: sample it from a chat model, or import the prompt as text"
+            )
+        return prompt.text
+    return prompt.messages or [{"role": "user", "content": prompt.text}]
+
+
+def _response_texts(samples: GroupSamples, tokenizer, *, end_ids: list[int]) -> list[str]:
+    """Each completion's words: its ids up to its end token, that token and any other special token left out
+    (an end token from generation_config need not be flagged special in the tokenizer)."""
+    ended = set(end_ids)
+    texts = []
+    for ids, mask in zip(samples.completion_ids.tolist(), samples.completion_mask.tolist(), strict=True):
+        kept = [token for token, real in zip(ids, mask, strict=True) if real and token not in ended]
+        texts.append(tokenizer.decode(kept, skip_special_tokens=True))
+    return texts

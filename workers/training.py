@@ -21,7 +21,7 @@ from django.db import connection
 
 from trainer.config import config_from_dict
 from trainer.kinds import run_kind
-from trainer.sink import SampleRow, sample_row
+from trainer.sink import SampleRow
 from webapp.experiments import services
 from webapp.experiments.data_sources import training_rows
 from webapp.experiments.models import Run
@@ -75,16 +75,9 @@ class DatabaseSink:
         if full:
             self.flush()
 
-    def sample(
-        self,
-        step: int,
-        prompt: str,
-        completion: str,
-        rewards: Mapping[str, float],
-        advantage: float | None = None,
-    ) -> None:
+    def sample(self, row: SampleRow) -> None:
         with self._lock:
-            self._samples.append(sample_row(step, prompt, completion, rewards, advantage))
+            self._samples.append(row)
 
     def should_stop(self) -> bool:
         # The run may also have been failed by the stale check (a step slower than the timeout): stop then too.

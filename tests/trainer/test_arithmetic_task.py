@@ -32,7 +32,8 @@ def test_checker_and_preference_pairs():
         assert arithmetic.is_correct(row["chosen"], row["answer"])
         assert not arithmetic.is_correct(row["rejected"], row["answer"])
         assert row["rejected"].startswith("<think>") and row["rejected"].endswith("</answer>")
-    assert arithmetic.is_correct("the answer is 14.0", 14)
+    assert arithmetic.is_correct("<answer>14.0</answer>", 14)
+    assert not arithmetic.is_correct("<think>2 + 12 = 14</think> the answer is 14", 14)  # no answer tag
 
 
 def test_tiny_model_loads_through_auto_classes(tiny_model):

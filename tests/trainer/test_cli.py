@@ -29,6 +29,8 @@ def test_run_from_a_yaml_file_with_the_arithmetic_task(tiny_model, tmp_path):
     completed = _trainer("run", "run.yaml", cwd=tmp_path)
     assert completed.returncode == 0, completed.stderr
     assert "finished at step 3" in completed.stderr
+    final = read_jsonl(output_dir / "metrics.jsonl")[-1]["metrics"]
+    assert f"last values: eval/accuracy {final['eval/accuracy']:.3f}" in completed.stderr
     assert [row["step"] for row in read_jsonl(output_dir / "metrics.jsonl")] == [1, 2, 3]
     assert "eval/accuracy" in read_jsonl(output_dir / "metrics.jsonl")[-1]["metrics"]
     assert len(read_jsonl(output_dir / "samples.jsonl")) == 4

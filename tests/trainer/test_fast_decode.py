@@ -103,3 +103,20 @@ def test_a_head_too_large_to_copy_runs_its_own_forward(monkeypatch):
     assert fused_projections(list(model.model.layers), 8) is not None
     assert folded_head(head, model.model.norm).weight is None
     _check(model, model.config.vocab_size)
+
+
+@pytest.mark.parametrize(("heads", "kv_heads", "queries"), [(9, 3, 1), (9, 3, 6), (4, 4, 5)])
+def test_grouped_attention_equals_sdpa(heads, kv_heads, queries):
+    """The decoder's attention (two batched products over key heads) against the sdpa kernel with grouped keys,
+    for one query (decoding), several (a prompt) and one key head per query head."""
+    torch.manual_seed(0)
+    rows, length, dim = 3, 11, 16
+    query = torch.randn(rows, heads, queries, dim)
+    key, value = torch.randn(rows, kv_heads, length, dim), torch.randn(rows, kv_heads, length, dim)
+    allowed = torch.rand(rows, 1, queries, length) > 0.3
+    allowed[..., -1] = True  # every query sees at least one key
+    bias = additive_mask(allowed, torch.float32)
+    expected = torch.nn.functional.scaled_dot_product_attention(
+        query, key, value, attn_mask=bias, scale=0.3, enable_gqa=heads != kv_heads
+    )
+    torch.testing.assert_close(fast_decode.grouped_attention(query, key, value, bias, 0.3), expected, atol=1e-6, rtol=1e-5)

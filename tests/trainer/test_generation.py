@@ -196,6 +196,26 @@ def test_sampled_tokens_follow_the_truncated_distribution(top_k, top_p, expected
     assert torch.allclose(logprobs, logits.log_softmax(-1).gather(1, tokens[:, None]).squeeze(1))
 
 
+def test_a_banned_token_is_never_drawn_and_still_counts_in_the_logprobs():
+    """min_new_tokens bans the end tokens while drawing; the recorded log-probs stay those of the whole
+    distribution (what the training forward computes), so the ratio stays 1."""
+    from trainer.generation import _sample_next
+
+    torch.manual_seed(0)
+    logits = torch.log(torch.tensor([0.5, 0.3, 0.15, 0.05])).expand(40_000, 4)
+    tokens, logprobs = _sample_next(logits, SamplingParams(temperature=1.0), banned=torch.tensor([0]))
+    frequencies = torch.bincount(tokens, minlength=4).float() / tokens.numel()
+    assert frequencies.tolist() == pytest.approx([0, 0.6, 0.3, 0.1], abs=0.01)
+    assert torch.allclose(logprobs, logits.log_softmax(-1).gather(1, tokens[:, None]).squeeze(1))
+
+
+def test_min_new_tokens_keeps_every_completion_going(backend):
+    samples = backend.generate(PROMPTS, SamplingParams(group_size=2, max_new_tokens=6, min_new_tokens=6))
+    assert samples.completion_ids.shape[1] == 6
+    assert not torch.isin(samples.completion_ids, torch.tensor(backend.end_token_ids)).any()
+    assert samples.completion_mask.all()
+
+
 def test_a_policy_in_training_with_gradient_checkpointing_still_samples_with_its_cache(backend, tmp_path):
     directory = tmp_path / "policy"
     backend.model.save_pretrained(directory)

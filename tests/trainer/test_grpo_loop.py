@@ -15,7 +15,7 @@ STEPS, STOP_AT = 4, 2
 GRPO_METRICS = {
     "loss", "reward/mean", "reward/std", "reward/answer_match", "reward/format_tags", "kl", "entropy",
     "clip_ratio/low", "clip_ratio/high", "advantage/mean", "completion/mean_length", "completion/clipped_ratio",
-    "groups/informative_ratio", "grad_norm", "lr", "throughput/tokens_per_s", "time/step_s",
+    "completion/format_rate", "groups/informative_ratio", "grad_norm", "lr", "throughput/tokens_per_s", "time/step_s",
     "time/generation_s", "time/scoring_s", "time/backward_s",
 }
 
@@ -52,12 +52,25 @@ def test_every_step_logs_the_design_metrics_and_samples_carry_rewards(sft_run, t
     for step, metrics in sink.metrics.items():
         assert metrics.keys() >= GRPO_METRICS, step
         assert all(math.isfinite(value) for value in metrics.values())
-    assert "eval/accuracy" in sink.metrics[STEPS]
+    assert {"eval/accuracy", "eval/format_rate"} <= sink.metrics[STEPS].keys()
     # every sample_every (3) steps, and at the last step (4)
     assert [s["step"] for s in sink.samples] == [3, 3, 3, 4, 4, 4]
     assert all(set(s["rewards"]) == {"answer_match", "format_tags"} and s["advantage"] is not None
                for s in sink.samples)
     assert result.checkpoint.endswith(f"checkpoints/step-{STEPS}")
+
+
+def test_cut_off_completions_score_0_unless_the_run_falls_back_to_the_last_number(sft_run, tmp_path):
+    # 10 new tokens end the SFT model's completions inside <think> ("<think>5 + 3 = 8"): no answer tag yet
+    scores = {}
+    for lenient in (False, True):
+        sink = MemorySink()
+        _run(sft_run[0], tmp_path / str(lenient), sink, max_steps=1, max_new_tokens=10, rewards={"answer_match": 1.0},
+             answer_fallback_last_number=lenient)
+        scores[lenient] = sink.metrics[1]
+    assert scores[False]["completion/format_rate"] == 0.0 and scores[True]["completion/format_rate"] == 0.0
+    assert scores[False]["reward/answer_match"] == 0.0
+    assert scores[True]["reward/answer_match"] > 0.0
 
 
 def test_stopped_and_resumed_run_matches_uninterrupted_run(tiny_model, tmp_path):

@@ -20,7 +20,8 @@ def test_unknown_hub_id_fails_quickly_and_clearly_offline():
     started = time.perf_counter()
     with pytest.raises(ModelLoadError, match=r"cannot load the tokenizer from 'preflab-none/no-such-model'"):
         load_tokenizer("preflab-none/no-such-model")
-    assert time.perf_counter() - started < 10
+    # a bound against hub retry loops (minutes), not a speed figure: loaded CI machines take tens of seconds
+    assert time.perf_counter() - started < 120
 
 
 def test_loaders_give_the_right_heads_and_modes(tiny_model):

@@ -12,7 +12,7 @@ from trainer.sink import MemorySink
 PPO_METRICS = {
     "loss", "reward/mean", "reward/std", "reward/answer_match", "kl", "entropy", "clip_ratio/low",
     "clip_ratio/high", "approx_kl", "value/loss", "value/explained_variance", "advantage/mean",
-    "completion/mean_length", "completion/clipped_ratio", "grad_norm", "lr", "throughput/tokens_per_s",
+    "completion/mean_length", "completion/clipped_ratio", "completion/format_rate", "grad_norm", "lr", "throughput/tokens_per_s",
     "time/step_s", "time/generation_s", "time/scoring_s", "time/backward_s",
 }
 

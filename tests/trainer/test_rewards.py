@@ -44,11 +44,51 @@ def test_registry_has_help_text_for_every_function():
 def test_answer_match_compares_the_tagged_answer_numerically():
     samples = _inputs(
         ["<think>2*6=12, 2+12=14</think><answer>14</answer>", "<think>x</think><answer>14.0</answer>",
-         "<think>x</think><answer>10</answer>", "the answer is 14", "no number"],
-        ["14"] * 5,
+         "<think>x</think><answer>10</answer>", "<answer>10</answer> then <answer> 14 </answer>"],
+        ["14"] * 4,
     )
     function = REWARD_FUNCTIONS["answer_match"][0]
-    assert [function(s) for s in samples] == [1.0, 1.0, 0.0, 1.0, 0.0]
+    assert [function(s) for s in samples] == [1.0, 1.0, 0.0, 1.0]
+
+
+def test_answer_match_reads_a_boxed_answer():
+    samples = _inputs(
+        [r"2 + 12 = 14, so \boxed{14}", r"\boxed{10} no, \boxed{14.0}", r"<answer>\boxed{14}</answer>",
+         r"\boxed{\frac{28}{2}}", r"\boxed{10}", r"cut off: \boxed{14"],
+        ["14"] * 6,
+    )
+    function = REWARD_FUNCTIONS["answer_match"][0]
+    assert [function(s) for s in samples] == [1.0, 1.0, 1.0, 0.0, 0.0, 0.0]
+
+
+# The completions the dapo preset shrank to in the demo (issue 15): no answer tag, the right number last.
+DEGENERATE = "<think>8 + 9 = 17</think><"
+WITHOUT_ANSWER = [DEGENERATE, "the answer is 17", "<think>8 + 9 = 17</think><answer></answer>", "<answer>17"]
+
+
+def test_strict_answer_match_gives_0_without_an_answer_tag_or_boxed():
+    function = REWARD_FUNCTIONS["answer_match"][0]
+    assert [function(s) for s in _inputs(WITHOUT_ANSWER, ["17"] * 4)] == [0.0, 0.0, 0.0, 0.0]
+
+
+def test_the_lenient_option_reads_the_last_number_when_there_is_no_answer():
+    lenient = reward_inputs(
+        ["q"] * 6, [*WITHOUT_ANSWER, "no number", "<answer>16</answer> 17"], ["17"] * 6, lengths=[8] * 6,
+        truncated=[False] * 6, max_length=16, overlong_buffer=4, answer_fallback_last_number=True,
+    )
+    function = REWARD_FUNCTIONS["answer_match"][0]
+    # a tagged answer still wins over a later number
+    assert [function(s) for s in lenient] == [1.0, 1.0, 1.0, 1.0, 0.0, 0.0]
+
+
+def test_strict_is_the_default_of_online_runs_and_lenient_an_option():
+    from trainer.config import GRPOConfig, PPOConfig
+
+    where = {"model": "m", "output_dir": "out"}
+    assert GRPOConfig(**where).answer_fallback_last_number is False
+    assert GRPOConfig.dapo(**where).answer_fallback_last_number is False
+    assert PPOConfig(**where).answer_fallback_last_number is False
+    assert GRPOConfig(**where, answer_fallback_last_number=True).answer_fallback_last_number is True
 
 
 def test_answer_match_without_an_answer_says_so():
@@ -114,3 +154,9 @@ def test_unknown_reward_names_and_bad_weights_are_rejected_with_the_field():
         check_reward_weights({"format_tags": "high"})
     with pytest.raises(ValueError, match="at least one"):
         Rewarder({})
+
+
+def test_the_format_rate_counts_completions_with_an_answer_strict_checking_reads():
+    from trainer.evaluation import format_rate
+
+    assert format_rate(["<think>1 + 2 = 3</think><answer>3</answer>", r"\boxed{3}", *WITHOUT_ANSWER]) == 2 / 6

@@ -2,7 +2,15 @@
 
 import pytest
 import torch
-from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
+from transformers import (
+    AutoTokenizer,
+    LlamaConfig,
+    LlamaForCausalLM,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+)
 
 from tests.trainer.tiny_decoders import make_matter, tiny_decoder
 from trainer.builtin_datasets import arithmetic
@@ -11,6 +19,7 @@ from trainer.generation import GroupSamples
 from trainer.grpo import micro_batch, micro_batch_rows, train
 from trainer.logprobs import completion_logprobs
 from trainer.models import LoraOptions, load_policy
+from trainer.selective_forward import hidden_states_at
 from trainer.shared_prefix import pack_groups, packing_groups_pays
 from trainer.sink import MemorySink
 
@@ -153,3 +162,26 @@ def test_groups_are_packed_only_where_it_saves_work(tiny_model):
     assert not packing_groups_pays(model, prompt_width=8, completion_width=16, group=8)
     assert not packing_groups_pays(model, prompt_width=8, completion_width=64, group=8)
     assert not packing_groups_pays(model, prompt_width=64, completion_width=64, group=8)
+
+
+@pytest.mark.parametrize(
+    ("config_class", "model_class"), [(LlamaConfig, LlamaForCausalLM), (Qwen3Config, Qwen3ForCausalLM)]
+)
+def test_block_attention_equals_the_whole_row_mask(tokenizer, config_class, model_class):
+    """A packed group's layers attend block by block (prompt; each completion behind the prompt): the hidden
+    states at every position, padding included, and the gradients equal those of the whole-row mask."""
+    model = tiny_decoder(config_class, model_class)
+    samples = _samples(tokenizer, model.config.vocab_size)
+    packed = pack_groups(samples.prompt_ids, samples.prompt_mask, samples.completion_ids, samples.completion_mask)
+    every_position = torch.arange(packed.input_ids.shape[1]).expand(packed.input_ids.shape[0], -1)
+    results = []
+    for blocks in (packed.blocks, None):
+        model.zero_grad()
+        hidden = hidden_states_at(
+            model, packed.input_ids, packed.allowed, packed.position_ids, every_position, blocks=blocks
+        )
+        (hidden * torch.linspace(-1, 1, hidden.numel()).view_as(hidden)).sum().backward()
+        results.append((hidden.detach(), torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])))
+    (hidden, gradient), (expected_hidden, expected_gradient) = results
+    torch.testing.assert_close(hidden, expected_hidden, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(gradient, expected_gradient, atol=1e-5, rtol=1e-4)

@@ -1,7 +1,7 @@
 import json
 import math
 
-from trainer.sink import FileSink, MemorySink, Sink, read_jsonl
+from trainer.sink import FileSink, MemorySink, Sink, read_jsonl, sample_row
 
 
 def test_file_sink_round_trips_nan_and_inf_as_json(tmp_path):
@@ -9,7 +9,7 @@ def test_file_sink_round_trips_nan_and_inf_as_json(tmp_path):
     sink.start(total_steps=3, start_step=0)
     sink.log(1, {"loss": 0.5, "kl": float("nan")}, tokens_seen=10)
     sink.log(2, {"loss": float("inf"), "kl": float("-inf")}, tokens_seen=20)
-    sink.sample(2, "Calculate 1 + 1\n", "<answer>2</answer>", {"correct": 1.0}, advantage=float("nan"))
+    sink.sample(sample_row(2, "Calculate 1 + 1\n", "<answer>2</answer>", {"correct": 1.0}, advantage=float("nan")))
     for line in (tmp_path / "metrics.jsonl").read_text().splitlines():
         json.loads(line, parse_constant=lambda name: (_ for _ in ()).throw(ValueError(name)))
     rows = read_jsonl(tmp_path / "metrics.jsonl")

@@ -1,13 +1,16 @@
-"""Demo data for `make run`: a ranking and a pairwise project of arithmetic prompts (idempotent)."""
+"""Demo data for `make run`: a ranking and a pairwise project of arithmetic prompts, and a chat project whose
+responses a sampling job draws from SmolLM2-135M-Instruct (idempotent)."""
 
+import json
 import random
 
 from django.contrib.auth.models import User
 
 from trainer.builtin_datasets.arithmetic import problems, wrong_completion
 from webapp.annotation import services
-from webapp.annotation.importing import ImportRecord
-from webapp.annotation.models import Project
+from webapp.annotation.importing import ImportRecord, parse_import
+from webapp.annotation.models import Project, SamplingJob
+from webapp.experiments.demo import chat_model
 from webapp.text import counted
 
 DEMO_GUIDELINES = """Rank the answers to each arithmetic question.
@@ -33,6 +36,56 @@ def _records(responses_per_prompt: int, seed: int) -> list[ImportRecord]:
     return records
 
 
+CHAT_PROJECT_NAME = "Demo: chat with SmolLM2"
+CHAT_GUIDELINES = """Rank the assistant's answers to each conversation.
+
+1. An answer that is **correct and answers the question** beats one that does not.
+2. Between good answers, prefer the clearer and more concise one.
+3. Give equal ranks when you cannot tell them apart; flag *all bad* when none is acceptable.
+"""
+CHAT_SYSTEM = "You are a helpful assistant. Answer in one or two sentences."
+CHAT_QUESTIONS = (
+    "What is the capital of France?",
+    "Why is the sky blue?",
+    "Give me one tip for sleeping better.",
+    "What is the difference between weather and climate?",
+    "How many legs does a spider have?",
+    "Suggest a name for a small orange cat.",
+)
+# Two short answers per prompt: a pairwise item each, sampled by the demo's worker on a CPU in a minute or two.
+CHAT_SAMPLING = {"responses_per_prompt": 2, "max_new_tokens": 96, "temperature": 0.7, "top_p": 0.9, "seed": 0}
+
+
+def _chat_records() -> list[ImportRecord]:
+    """The chat prompts as a conversational JSONL file would bring them: a system and a user turn each."""
+    rows = [{"id": f"chat-{index}", "messages": [{"role": "system", "content": CHAT_SYSTEM},
+                                                  {"role": "user", "content": question}]}
+            for index, question in enumerate(CHAT_QUESTIONS)]
+    return parse_import("".join(json.dumps(row) + "\n" for row in rows).encode(), file_format="jsonl")
+
+
+def _seed_chat_project(stdout, members: list[User]) -> None:
+    model = chat_model(stdout)
+    if model is None:
+        return
+    project = Project.objects.filter(name=CHAT_PROJECT_NAME).first()
+    if project is None:
+        project = services.project_create(name=CHAT_PROJECT_NAME, mode=Project.Mode.PAIRWISE,
+                                          guidelines=CHAT_GUIDELINES, responses_per_item=2, annotators_per_item=2,
+                                          members=members)
+    summary = services.prompts_import(project=project, records=_chat_records())
+    stdout.write(f"annotation demo '{CHAT_PROJECT_NAME}': {counted(summary.created, 'prompt')} added, "
+                 f"{summary.already_present} present")
+    existing = SamplingJob.objects.filter(project=project).order_by("-pk").first()
+    if existing is not None:
+        stdout.write(f"demo sampling job #{existing.pk} exists ({existing.status}) for '{CHAT_PROJECT_NAME}'")
+        return
+    researcher = next((user for user in members if user.username == "researcher"), None)
+    job = services.sampling_job_create(project=project, model_path=model.path, generation_settings=dict(CHAT_SAMPLING),
+                                       created_by=researcher)
+    stdout.write(f"demo sampling job #{job.pk} queued: 2 responses per prompt from {model.name} (the worker runs it)")
+
+
 def seed_demo_data(stdout) -> None:
     members = list(User.objects.filter(username__in=("researcher", "annotator")))
     for name, mode, per_item in (("Demo: arithmetic ranking", Project.Mode.RANKING, 4),
@@ -43,3 +96,4 @@ def seed_demo_data(stdout) -> None:
                                               responses_per_item=per_item, annotators_per_item=2, members=members)
         summary = services.prompts_import(project=project, records=_records(per_item, seed=len(name)))
         stdout.write(f"annotation demo '{name}': {counted(summary.created, 'prompt')} added, {summary.already_present} present")
+    _seed_chat_project(stdout, members)

@@ -1,4 +1,10 @@
-"""Serialising export rows: JSONL and CSV line by line (for streaming), and Hugging Face datasets directories."""
+"""Serialising export rows: JSONL and CSV line by line (for streaming), and Hugging Face datasets directories.
+
+Pair rows come in TRL's standard format (text) or its conversational one (prompt = messages, chosen/rejected = one
+assistant message each). One file takes one format, as `datasets` types a column once: a project holding any
+conversation exports every row conversationally (`conversational_rows`), a text prompt becoming one user turn.
+A CSV cell holds text: a conversation's prompt is its JSON messages there, an answer its text.
+"""
 
 import csv
 import io
@@ -12,6 +18,16 @@ from pathlib import Path
 PAIR_COLUMNS = ("prompt", "chosen", "rejected", "weight", "margin", "ranking_id", "annotator")
 # Spreadsheets run a cell that starts with one of these as a formula (CSV injection, OWASP).
 _FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def conversational_rows(rows: Iterable[dict]) -> Iterator[dict]:
+    """Pair rows all in TRL's conversational format: a text prompt becomes one user turn."""
+    for row in rows:
+        if isinstance(row["prompt"], str):
+            row = {**row, "prompt": [{"role": "user", "content": row["prompt"]}],
+                   "chosen": [{"role": "assistant", "content": row["chosen"]}],
+                   "rejected": [{"role": "assistant", "content": row["rejected"]}]}
+        yield row
 
 
 def jsonl_lines(rows: Iterable[dict]) -> Iterator[str]:
@@ -39,25 +55,39 @@ def csv_lines(rows: Iterable[dict], columns: tuple[str, ...] = PAIR_COLUMNS) -> 
     writer.writerow(columns)
     yield flush()
     for row in rows:
-        writer.writerow([csv_cell(row[column]) for column in columns])
+        writer.writerow([csv_cell(_cell_text(row[column])) for column in columns])
         yield flush()
+
+
+def _cell_text(value: object) -> object:
+    """A CSV cell's text: an answer's content, a conversation's messages as JSON."""
+    if not isinstance(value, list):
+        return value
+    if len(value) == 1 and value[0].get("role") == "assistant":
+        return value[0]["content"]
+    return json.dumps(value, ensure_ascii=False)
 
 
 # Rows converted to Arrow at a time when writing a datasets directory: memory stays bounded by a chunk.
 DATASET_CHUNK_ROWS = 10_000
 
 
-def pair_features():  # -> datasets.Features, imported lazily (pyarrow is heavy)
+def pair_features(*, conversational: bool = False):  # -> datasets.Features, imported lazily (pyarrow is heavy)
     """The pairs' schema, fixed so that it does not depend on the data or on how rows fall into chunks:
-    inference would type a column that is empty in every row (no margins, say) as null, not float64."""
-    from datasets import Features, Value
+    inference would type a column that is empty in every row (no margins, say) as null, not float64.
+    Conversational: prompt, chosen and rejected are lists of {role, content}, as TRL's conversational datasets."""
+    from datasets import Features, List, Value
 
     text, number = Value("string"), Value("float64")
-    return Features({"prompt": text, "chosen": text, "rejected": text, "weight": number, "margin": number,
-                     "ranking_id": Value("int64"), "annotator": text})
+    turns = List({"role": text, "content": text})
+    dialogue = turns if conversational else text
+    return Features({"prompt": dialogue, "chosen": dialogue, "rejected": dialogue, "weight": number,
+                     "margin": number, "ranking_id": Value("int64"), "annotator": text})
 
 
-def save_dataset(rows: Iterable[dict], directory: Path, *, chunk_rows: int = DATASET_CHUNK_ROWS) -> int:
+def save_dataset(
+    rows: Iterable[dict], directory: Path, *, chunk_rows: int = DATASET_CHUNK_ROWS, conversational: bool = False
+) -> int:
     """Write pair rows as a datasets directory (load it back with datasets.load_from_disk); returns the row count.
 
     Each chunk of rows becomes a memory-mapped part on disk, and the parts are joined into the directory at the
@@ -68,10 +98,10 @@ def save_dataset(rows: Iterable[dict], directory: Path, *, chunk_rows: int = DAT
     directory = Path(directory)
     directory.parent.mkdir(parents=True, exist_ok=True)
     parts_root = Path(tempfile.mkdtemp(prefix=".parts-", dir=directory.parent))
-    features = pair_features()
+    features = pair_features(conversational=conversational)
     try:
         parts, count = [], 0
-        for index, chunk in enumerate(_chunks(rows, chunk_rows)):
+        for index, chunk in enumerate(_chunks(conversational_rows(rows) if conversational else rows, chunk_rows)):
             part = parts_root / f"part-{index:05d}"
             Dataset.from_list(chunk, features=features).save_to_disk(str(part))
             parts.append(load_from_disk(str(part)))
@@ -90,9 +120,9 @@ def _chunks(rows: Iterable[dict], size: int) -> Iterator[list[dict]]:
         yield chunk
 
 
-def dataset_zip(rows: Iterable[dict], *, name: str) -> Path:
+def dataset_zip(rows: Iterable[dict], *, name: str, conversational: bool = False) -> Path:
     """A zip of a datasets directory named `name`, in a fresh temporary directory the caller removes."""
     workspace = Path(tempfile.mkdtemp(prefix="preflab-export-"))
-    save_dataset(rows, workspace / name)
+    save_dataset(rows, workspace / name, conversational=conversational)
     archive = shutil.make_archive(str(workspace / name), "zip", root_dir=workspace, base_dir=name)
     return Path(archive)

@@ -5,7 +5,11 @@ Accepted shapes, one per line or row:
 - {"prompt": "..."}                                        responses to be sampled from a model
 - {"prompt": "...", "chosen": "...", "rejected": "..."}    an existing preference (TRL / HH-RLHF pairs)
 - {"messages": [{"role": ..., "content": ...}, ...]}       chat; a final assistant message is a response
-`prompt`, `chosen` and `rejected` may also be chat message lists (TRL's conversational format).
+- {"chosen": [...], "rejected": [...]}                     TRL's implicit prompt: two whole conversations sharing
+                                                           their first turns, each ending with its own answer
+`prompt`, `chosen` and `rejected` may also be chat message lists (TRL's conversational format); a conversational
+prompt is kept as its messages. TRL's unpaired format ({prompt, completion, label}) is refused: a lone completion
+with a thumbs up or down is not a preference between responses.
 Optional: "id" (or "external_id"), "answer" (or "reference_answer"), "metadata" (an object); any other
 field is kept in metadata. In CSV, `responses`, `messages` and `metadata` cells hold JSON, and columns
 response_1, response_2, ... may replace `responses`.
@@ -23,6 +27,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainer.chat import ChatFormatError, is_conversation, normalize_record
+from trainer.jsonl import JsonlError, numbered_jsonl
 from webapp.text import is_blank
 
 FORMATS = ("jsonl", "csv")
@@ -103,16 +109,10 @@ def _refuse_nul(line: int, value: object, field_name: str = "") -> None:
 
 
 def _jsonl_rows(text: str) -> Iterator[tuple[int, dict]]:
-    for line, raw in enumerate(text.splitlines(), start=1):
-        if not raw.strip():
-            continue
-        try:
-            row = json.loads(raw)
-        except json.JSONDecodeError as error:
-            raise ImportFileError(line, "json", f"not valid JSON ({error.msg} at column {error.colno})") from None
-        if not isinstance(row, dict):
-            raise ImportFileError(line, "json", "each line must be a JSON object")
-        yield line, row
+    try:
+        yield from numbered_jsonl(text, name="the file")
+    except JsonlError as error:
+        raise ImportFileError(error.line, "json", error.problem) from None
 
 
 def _csv_rows(text: str) -> Iterator[tuple[int, dict]]:
@@ -148,6 +148,9 @@ def _response_column_number(name: str) -> int:
 
 
 def _record(line: int, row: dict) -> ImportRecord:
+    _refuse_unpaired(line, row)
+    if "prompt" not in row and "messages" not in row and is_conversation(row.get("chosen")):
+        row = _explicit_prompt(line, row)
     messages = None
     if "messages" in row:
         if "prompt" in row:
@@ -217,6 +220,34 @@ def _record(line: int, row: dict) -> ImportRecord:
         chosen=chosen,
         rejected=rejected,
     )
+
+
+def _refuse_unpaired(line: int, row: dict) -> None:
+    """TRL's unpaired preference format would otherwise land its `label` in metadata, silently dropping the
+    judgement it carries."""
+    if "label" in row and ("completion" in row or isinstance(row["label"], bool)):
+        raise ImportFileError(
+            line, "label",
+            "TRL's unpaired format (prompt, completion, label) is not supported: give a pair as "
+            "{prompt, chosen, rejected}, or responses to rank as {prompt, responses}",
+        )
+
+
+def _explicit_prompt(line: int, row: dict) -> dict:
+    """TRL's implicit prompt made explicit the way the trainer does it (trainer.chat): the turns chosen and
+    rejected share are the prompt, and what follows in each must be one assistant answer to rank."""
+    if "rejected" not in row:
+        raise ImportFileError(line, "rejected", "missing: chosen and rejected come together")
+    try:
+        explicit = normalize_record({"chosen": row["chosen"], "rejected": row["rejected"]}, index=line, name="file")
+    except ChatFormatError as error:
+        field_name = "rejected" if "field 'rejected'" in error.problem else "chosen"
+        raise ImportFileError(line, field_name, error.problem) from None
+    for name in ("chosen", "rejected"):
+        if len(explicit[name]) != 1:
+            raise ImportFileError(line, name, "after the turns it shares with the other answer, there must be "
+                                              "exactly one assistant message")
+    return {**row, **explicit}
 
 
 def _text(line: int, name: str, value: object) -> str:

@@ -220,12 +220,52 @@ def sampling_jobs(project: Project) -> QuerySet[SamplingJob]:
 
 # Pairs, rankings and prompts for export and training --------------------------------------------------------
 
-_PAIR_FIELDS = ("prompt__text", "chosen__text", "rejected__text", "weight", "margin", "ranking_id",
-                "ranking__annotator__username")
+_PAIR_FIELDS = ("prompt_id", "prompt__text", "prompt__messages", "chosen__text", "rejected__text", "weight",
+                "margin", "ranking_id", "ranking__annotator__username")
+
+
+def chat_sampled_prompt_ids(*, project_id: int) -> set[int]:
+    """Text prompts whose responses a model sampled through its chat template (as one user turn)."""
+    return set(
+        Response.objects.filter(prompt__project_id=project_id, source_detail__chat_template=True)
+        .values_list("prompt_id", flat=True)
+        .distinct()
+    )
+
+
+def trl_prompt(text: str, messages: list[dict] | None, *, chat_sampled: bool = False) -> str | list[dict]:
+    """A prompt as TRL takes it: its messages when it is a conversation (conversational format), else its text.
+    A text prompt whose responses were sampled as one user turn is trained as that turn, so the model trains on
+    the ids it was sampled with."""
+    if messages:
+        return messages
+    return [{"role": "user", "content": text}] if chat_sampled else text
+
+
+def trl_answer(text: str, *, conversational: bool) -> str | list[dict]:
+    """A response as TRL takes it: one assistant message after a conversational prompt, else its text."""
+    return [{"role": "assistant", "content": text}] if conversational else text
+
+
+def _trl_pair(text: str, messages: list[dict] | None, chosen: str, rejected: str, *, chat_sampled: bool) -> dict:
+    prompt = trl_prompt(text, messages, chat_sampled=chat_sampled)
+    conversational = not isinstance(prompt, str)
+    return {"prompt": prompt, "chosen": trl_answer(chosen, conversational=conversational),
+            "rejected": trl_answer(rejected, conversational=conversational)}
+
+
+def project_has_conversations(*, project_id: int) -> bool:
+    """Whether a TRL export of the project is conversational: a prompt is a conversation, or was sampled as one."""
+    return (
+        Prompt.objects.filter(project_id=project_id, messages__isnull=False).exists()
+        or Response.objects.filter(prompt__project_id=project_id, source_detail__chat_template=True).exists()
+    )
 
 
 def pair_rows(*, project_id: int, strategy: str = "all") -> Iterator[dict]:
-    """TRL rows {prompt, chosen, rejected, weight, margin, ranking_id, annotator}, streamed from the database.
+    """TRL rows {prompt, chosen, rejected, weight, margin, ranking_id, annotator}, streamed from the database:
+    conversational (prompt = its messages, chosen/rejected = one assistant message each) when the prompt is a
+    conversation, standard (text) otherwise.
 
     "all" reads the stored pairs; the other strategies derive pairs from each ranking on the way; imported
     pairs are part of every strategy. No pair involves an empty (whitespace-only) response.
@@ -239,11 +279,12 @@ def pair_rows(*, project_id: int, strategy: str = "all") -> Iterator[dict]:
     )
     if strategy != "all":
         stored = stored.filter(ranking__isnull=True)
-    for prompt, chosen, rejected, weight, margin, ranking_id, annotator in stored.values_list(
+    chat_sampled = chat_sampled_prompt_ids(project_id=project_id)
+    for prompt_id, text, messages, chosen, rejected, weight, margin, ranking_id, annotator in stored.values_list(
         *_PAIR_FIELDS
     ).iterator(chunk_size=2000):
-        yield {"prompt": prompt, "chosen": chosen, "rejected": rejected, "weight": weight, "margin": margin,
-               "ranking_id": ranking_id, "annotator": annotator}
+        yield {**_trl_pair(text, messages, chosen, rejected, chat_sampled=prompt_id in chat_sampled),
+               "weight": weight, "margin": margin, "ranking_id": ranking_id, "annotator": annotator}
     if strategy == "all":
         return
     rankings = (
@@ -255,7 +296,8 @@ def pair_rows(*, project_id: int, strategy: str = "all") -> Iterator[dict]:
         texts = dict(ranking.prompt.responses.values_list("id", "text"))
         blank = {response_id for response_id, text in texts.items() if is_blank(text)}
         for pair in pairs_from_tiers(tiers_without(ranking.tiers, blank), strategy=strategy):
-            yield {"prompt": ranking.prompt.text, "chosen": texts[pair.chosen], "rejected": texts[pair.rejected],
+            yield {**_trl_pair(ranking.prompt.text, ranking.prompt.messages, texts[pair.chosen], texts[pair.rejected],
+                               chat_sampled=ranking.prompt_id in chat_sampled),
                    "weight": pair.weight, "margin": pair.margin, "ranking_id": ranking.pk,
                    "annotator": ranking.annotator.get_username()}
 
@@ -265,12 +307,14 @@ def ranking_rows(*, project_id: int) -> Iterator[dict]:
     rankings = (
         Ranking.objects.filter(prompt__project_id=project_id).select_related("prompt", "annotator").order_by("id")
     )
+    chat_sampled = chat_sampled_prompt_ids(project_id=project_id)
     for ranking in rankings.iterator(chunk_size=500):
         texts = dict(ranking.prompt.responses.values_list("id", "text"))
         yield {
             "ranking_id": ranking.pk,
             "prompt_id": ranking.prompt.external_id,
-            "prompt": ranking.prompt.text,
+            "prompt": trl_prompt(ranking.prompt.text, ranking.prompt.messages,
+                                 chat_sampled=ranking.prompt_id in chat_sampled),
             "annotator": ranking.annotator.get_username(),
             "tiers": [[{"response_id": rid, "text": texts[rid]} for rid in tier] for tier in ranking.tiers],
             "all_bad": ranking.all_bad,
@@ -289,11 +333,15 @@ def preference_pairs_for_training(*, project_id: int, strategy: str = "all") -> 
 
 
 def prompts_for_training(*, project_id: int) -> list[dict]:
+    """Online runs' rows: a conversation stays its messages (TRL's conversational prompt), a text prompt text
+    (one user turn when its responses were sampled as one)."""
+    chat_sampled = chat_sampled_prompt_ids(project_id=project_id)
     return [
-        {"prompt": text, "answer": answer or None, "metadata": metadata}
-        for text, answer, metadata in Prompt.objects.filter(project_id=project_id)
+        {"prompt": trl_prompt(text, messages, chat_sampled=prompt_id in chat_sampled), "answer": answer or None,
+         "metadata": metadata}
+        for prompt_id, text, messages, answer, metadata in Prompt.objects.filter(project_id=project_id)
         .order_by("id")
-        .values_list("text", "reference_answer", "metadata")
+        .values_list("id", "text", "messages", "reference_answer", "metadata")
     ]
 
 

@@ -398,9 +398,9 @@ def sampling_job_create(
         generation_settings=generation_settings,
         created_by=created_by,
     )
-    from workers.tasks import sample_responses
+    from workers.tasks import sample_responses as sample_responses_task
 
-    transaction.on_commit(lambda: sample_responses.delay(job.pk))
+    transaction.on_commit(lambda: sample_responses_task.delay(job.pk))
     return job
 
 

@@ -92,9 +92,15 @@ def _item_context(
             for index, response in enumerate(responses)
         ]
         context["prompt_html"] = render_markdown(assignment.prompt.text)
+        context["prompt_turns"] = _turns(assignment.prompt)
     context["ranked"] = selectors.own_ranked_count(project=project, user=request.user)
     context["previous_answer"] = selectors.previous_answer(project=project, user=request.user)
     return context
+
+
+def _turns(prompt: Prompt) -> list[dict]:
+    """A conversation's turns, each with its role, for the page; none for a text prompt."""
+    return [{"role": message["role"], "html": render_markdown(message["content"])} for message in prompt.messages or ()]
 
 
 def _render_item(
@@ -356,8 +362,10 @@ def project_export(request: HttpRequest, project_id: int, kind: str) -> HttpResp
     strategy = form.cleaned_data["strategy"] if form.is_valid() else "all"
     stem = f"{slugify(project.name) or project.pk}-{strategy}"
     pairs = selectors.pair_rows(project_id=project.pk, strategy=strategy)
+    conversational = selectors.project_has_conversations(project_id=project.pk)
     if kind == "pairs.jsonl":
-        return _stream(exporting.jsonl_lines(pairs), f"{stem}-pairs.jsonl", "application/x-ndjson")
+        rows = exporting.conversational_rows(pairs) if conversational else pairs
+        return _stream(exporting.jsonl_lines(rows), f"{stem}-pairs.jsonl", "application/x-ndjson")
     if kind == "pairs.csv":
         return _stream(exporting.csv_lines(pairs), f"{stem}-pairs.csv", "text/csv")
     if kind == "rankings.jsonl":
@@ -365,7 +373,7 @@ def project_export(request: HttpRequest, project_id: int, kind: str) -> HttpResp
         return _stream(exporting.jsonl_lines(rows), f"{slugify(project.name)}-rankings.jsonl", "application/x-ndjson")
     if kind == "dataset.zip":
         try:
-            archive = exporting.dataset_zip(pairs, name=f"{stem}-pairs")
+            archive = exporting.dataset_zip(pairs, name=f"{stem}-pairs", conversational=conversational)
         except ValueError as error:
             messages.error(request, str(error))
             return redirect("annotation:project_detail", project_id=project.pk)

@@ -1,5 +1,9 @@
 """A run's data source (built-in arithmetic, a project's pairs or prompts, an uploaded file): what each kind of
-run accepts, and the training rows it becomes, in the trainer's row format. Reads only."""
+run accepts, and the training rows it becomes, in the trainer's row format. Reads only.
+
+A project's rows are in TRL's formats (trainer.chat formats them for the model): a conversation prompt gives
+conversational rows (prompt = its messages, chosen / rejected / completion = one assistant message), a text
+prompt standard text rows."""
 
 from __future__ import annotations
 

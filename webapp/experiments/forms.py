@@ -75,7 +75,9 @@ def _form_field(kind: str, name: str, annotation: Any, dataclass_field: dataclas
     if base is bool:
         return forms.BooleanField(required=False, help_text=help_text)
     if typing.get_origin(base) is Literal:
-        return forms.ChoiceField(choices=[(value, value) for value in typing.get_args(base)], help_text=help_text)
+        # a choice left out of a posted form (an older client, a script) takes the trainer's default
+        return forms.ChoiceField(choices=[(value, value) for value in typing.get_args(base)], help_text=help_text,
+                                 required=dataclass_field.default is dataclasses.MISSING)
     if base is int:
         return forms.IntegerField(required=False, help_text=help_text)
     if base is float:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import shutil
 import uuid
 from collections.abc import Iterable, Mapping
@@ -25,9 +24,11 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from trainer.chat import ChatFormatError, normalize_record
 from trainer.config import ConfigError, config_from_dict, config_to_dict
-from trainer.jsonl import JsonlError, parse_jsonl
+from trainer.jsonl import JsonlError, numbered_jsonl
 from trainer.kinds import KINDS, run_kind
+from trainer.model_names import is_hub_id, looks_local
 from trainer.sink import encode_json_value
 from webapp.experiments import selectors
 from webapp.experiments.alerts import AlertThresholds, alerts_for
@@ -52,8 +53,6 @@ SERVICE_FIELDS = ("output_dir", "resume_from")
 
 # --- models -------------------------------------------------------------------------------------------
 
-# One pattern for hub ids, used wherever a model is named: "org/name" (a "." or ".." segment is refused).
-HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 Architecture = ModelRef.Architecture
 # What each model field of a run loads; a model whose kind is unknown (a hub id) is accepted for both.
 FIELD_ARCHITECTURES: dict[str, tuple[str, ...]] = {
@@ -144,14 +143,14 @@ def model_resolve(text: str) -> ResolvedModel:
     value = text.strip()
     if not value:
         raise ValidationError(f"no model given; give {_accepted_models()}")
-    local = value.startswith(("/", ".", "~")) or Path(value).expanduser().exists()
+    local = looks_local(value)
     key = str(Path(value).expanduser().resolve()) if local else value
     registered = ModelRef.objects.filter(path=key).first() or _registered_named(value)
     if registered is not None:
         return _resolved_registered(registered)
     if local:
         return _resolved_directory(Path(key))
-    if HUB_ID.fullmatch(value) and {".", ".."}.isdisjoint(value.split("/")):
+    if is_hub_id(value):
         return ResolvedModel(value, ModelRef.Source.HUB, Architecture.UNKNOWN)
     raise ValidationError(f"{value!r} is not a known model; give {_accepted_models()}")
 
@@ -241,15 +240,20 @@ def upload_store(*, file: UploadedFile, kind: str) -> dict[str, Any]:
     except UnicodeDecodeError:
         raise ValidationError({"upload": f"{file.name} is not UTF-8 text"}) from None
     try:
-        rows = parse_jsonl(text, name=file.name)
+        numbered_rows = list(numbered_jsonl(text, name=file.name))
     except JsonlError as error:
         raise ValidationError({"upload": str(error)}) from None
-    numbers = [number for number, line in enumerate(text.splitlines(), start=1) if line.strip()]
-    for number, row in zip(numbers, rows, strict=True):
-        missing = [name for name in required if not isinstance(row.get(name), str)]
+    for number, row in numbered_rows:
+        missing = [name for name in required if name in row and not isinstance(row[name], str | list)]
+        # TRL's formats: conversational fields are message lists, `messages` and implicit prompts give a prompt
+        try:
+            row = normalize_record(row, index=number - 1, name=file.name) if not missing else row
+        except ChatFormatError as error:
+            raise ValidationError({"upload": f"{file.name}, line {number}: {error.problem}"}) from None
+        missing = missing or [name for name in required if not isinstance(row.get(name), str | list)]
         if missing:
             raise ValidationError({"upload": f"{file.name}, line {number}: missing text field {missing[0]!r}"})
-    count = len(rows)
+    count = len(numbered_rows)
     if not count:
         raise ValidationError({"upload": f"{file.name} has no rows"})
     directory = settings.DATA_DIR / "uploads"
@@ -277,10 +281,10 @@ def _validated_config(kind: str, config: Mapping[str, Any], output_dir: str) -> 
 
 
 def _queue(run: Run) -> None:
-    from workers.tasks import run_training
+    from workers.tasks import run_training as run_training_task
 
     run_id = run.pk
-    transaction.on_commit(lambda: run_training.delay(run_id))
+    transaction.on_commit(lambda: run_training_task.delay(run_id))
 
 
 @transaction.atomic

@@ -163,8 +163,9 @@ def test_a_new_runs_leftover_output_directory_is_moved_aside_not_counted(tiny_mo
     first = _create(tiny_model, researcher)
     leftover = settings.RUNS_DIR / str(first.pk + 1) / "checkpoints" / "step-3"
     leftover.mkdir(parents=True)
+    earlier = set(settings.RUNS_DIR.iterdir())  # a data directory reused by an earlier test session keeps its own
     second = _create(tiny_model, researcher)
     assert second.pk == first.pk + 1
     assert not (settings.RUNS_DIR / str(second.pk)).exists()
-    aside = [path for path in settings.RUNS_DIR.iterdir() if path.name.startswith(f"{second.pk}.stale-")]
+    aside = [path for path in set(settings.RUNS_DIR.iterdir()) - earlier if path.name.startswith(f"{second.pk}.stale-")]
     assert len(aside) == 1 and (aside[0] / "checkpoints" / "step-3").is_dir()

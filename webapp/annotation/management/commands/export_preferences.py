@@ -33,14 +33,15 @@ class Command(BaseCommand):
         project = project_from_option(options["project"])
         output: Path = options["output"]
         pairs = selectors.pair_rows(project_id=project.pk, strategy=options["strategy"])
+        conversational = selectors.project_has_conversations(project_id=project.pk)
         if options["format"] == "dataset":
             try:
-                count = exporting.save_dataset(pairs, output)
+                count = exporting.save_dataset(pairs, output, conversational=conversational)
             except ValueError as error:
                 raise CommandError(str(error)) from None
         else:
             lines = {
-                "jsonl": lambda: exporting.jsonl_lines(pairs),
+                "jsonl": lambda: exporting.jsonl_lines(exporting.conversational_rows(pairs) if conversational else pairs),
                 "csv": lambda: exporting.csv_lines(pairs),
                 "rankings": lambda: exporting.jsonl_lines(selectors.ranking_rows(project_id=project.pk)),
             }[options["format"]]()
