@@ -1,6 +1,7 @@
 """Fixtures shared by every test area: users per role, and real Celery worker processes."""
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -13,6 +14,20 @@ from django.conf import settings
 from django.db import connection
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session", autouse=True)
+def empty_runs_directory_of_the_test_data() -> Iterator[None]:
+    """The runs' output directories belong to this session's database, which is created anew each session, and a
+    real-model run's checkpoint is 1.6 GB with its optimizer state: they are removed before and after the session
+    so that repeated test runs do not fill the disk. Only under a data directory named test* (the Makefile's
+    var/test), never under a user's own."""
+    if not Path(settings.DATA_DIR).name.startswith("test"):
+        yield
+        return
+    shutil.rmtree(settings.RUNS_DIR, ignore_errors=True)
+    yield
+    shutil.rmtree(settings.RUNS_DIR, ignore_errors=True)
 
 
 @pytest.fixture

@@ -139,11 +139,24 @@ class ProgressSink:
             self.bar.close()
 
 
+class CurrentStderrHandler(logging.StreamHandler):
+    """Writes to sys.stderr as it is when a line is logged, not as it was when the handler was made (a caller
+    that swaps sys.stderr, as pytest does per test, would leave the handler writing to a closed file)."""
+
+    @property
+    def stream(self):  # type: ignore[override]
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value) -> None:
+        pass
+
+
 def show_trainer_log() -> None:
     """The trainer's own log lines (the precision a run resolved to, warnings) on stderr, as plain lines."""
     log = logging.getLogger("trainer")
     if not log.handlers:
-        handler = logging.StreamHandler(sys.stderr)
+        handler = CurrentStderrHandler()
         handler.setFormatter(logging.Formatter("%(message)s"))
         log.addHandler(handler)
         log.setLevel(logging.INFO)

@@ -11,4 +11,9 @@ def open_annotation(page, live_server, project) -> None:
 
 
 def wait_ranked(page, count: int) -> None:
-    page.wait_for_function(f"document.getElementById('ranked-count')?.textContent === '{count}'")
+    """Wait for the ranked count and for the item shown next to be set up: a key pressed in the few
+    milliseconds between htmx swapping an item in and the page binding it is ignored on purpose."""
+    page.wait_for_function(
+        f"document.getElementById('ranked-count')?.textContent === '{count}'"
+        " && (document.getElementById('annotate-item')?.dataset.ready ?? '1') === '1'"
+    )

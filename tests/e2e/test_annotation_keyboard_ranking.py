@@ -2,6 +2,7 @@
 
 import pytest
 
+from tests.e2e.annotating import wait_ranked
 from tests.e2e.conftest import log_in
 from tests.webapp.annotation.factories import make_project
 from webapp.annotation.models import Ranking
@@ -31,7 +32,7 @@ def test_three_items_ranked_by_keyboard_alone(page, live_server, annotator):
         page.keyboard.press("3")
         page.keyboard.press("2")
         page.keyboard.press("Enter")
-        page.wait_for_function(f"document.getElementById('ranked-count')?.textContent === '{done}'")
+        wait_ranked(page, done)
         ranking = Ranking.objects.order_by("-id").first()
         assert ranking.tiers == [[int(letters[0])], [int(letters[2])], [int(letters[1])]]
         assert ranking.seconds_spent >= 0

@@ -2,6 +2,7 @@
 
 import pytest
 
+from tests.e2e.annotating import wait_ranked
 from tests.e2e.conftest import log_in
 from tests.webapp.annotation.factories import make_project
 from webapp.annotation.models import Project, Ranking
@@ -28,7 +29,7 @@ def test_tie_then_a_better_by_keys(page, live_server, annotator):
     page.wait_for_selector(".response:focus")
     page.evaluate("window.__sameDocument = true")
     page.keyboard.press("t")
-    page.wait_for_function("document.getElementById('ranked-count')?.textContent === '1'")
+    wait_ranked(page, 1)
     first = Ranking.objects.get()
     assert len(first.tiers) == 1 and len(first.tiers[0]) == 2 and not first.all_bad
     assert not first.pairs.exists()
@@ -36,7 +37,7 @@ def test_tie_then_a_better_by_keys(page, live_server, annotator):
     page.wait_for_selector(".response:focus")
     a_id = int(page.locator(".response").first.get_attribute("data-response-id"))
     page.keyboard.press("a")
-    page.wait_for_function("document.getElementById('ranked-count')?.textContent === '2'")
+    wait_ranked(page, 2)
     second = Ranking.objects.order_by("id").last()
     assert second.tiers[0] == [a_id]
     assert second.pairs.get().chosen_id == a_id

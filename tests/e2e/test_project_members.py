@@ -5,6 +5,7 @@ import pytest
 from django.contrib.auth import authenticate
 from django.contrib.auth.models import User
 
+from tests.e2e.annotating import wait_ranked
 from tests.e2e.conftest import log_in
 from tests.webapp.annotation.factories import make_project
 from webapp.accounts.roles import is_annotator
@@ -40,7 +41,7 @@ def test_researcher_creates_an_annotator_who_logs_in_and_ranks(page, live_server
     page.locator(".rank-input").nth(0).fill("2")
     page.locator(".rank-input").nth(1).fill("1")
     page.click("#submit-ranking")
-    page.wait_for_function("document.getElementById('ranked-count')?.textContent === '1'")
+    wait_ranked(page, 1)
     ranking = Ranking.objects.get(annotator=nora)
     assert ranking.tiers == [[ids[1]], [ids[0]]] and not ranking.skipped and not ranking.all_bad
     assert ranking.prompt.project_id == project.pk

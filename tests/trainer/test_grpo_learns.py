@@ -28,9 +28,10 @@ REQUIRED_GAIN = 0.10
 # Strict answer_match gives 0 without an <answer> tag, so a policy that drops the format is not paid for it (in
 # the demo, with the old last-number fallback, dapo shrank completions to `<think>8 + 9 = 17</think><`). Share
 # of the sampled held-out completions with an answer tag, measured (seed 0): SFT start 0.952, after GRPO 0.996,
-# after dapo 0.929 (in the README recipe's dapo run the misses were noise at T=1 running into max_new_tokens,
-# not a shortened format; with answer_fallback_last_number that run fell to 0.233).
-REQUIRED_FORMAT_RATE = 0.90
+# after dapo 0.929 on one machine and 0.890 on another (an AMD EPYC: other kernels, another trajectory). The
+# misses were noise at T=1 running into max_new_tokens, not a shortened format; with answer_fallback_last_number
+# the README recipe's dapo run fell to 0.233. The bound sits between the two.
+REQUIRED_FORMAT_RATE = 0.80
 COMMON = {
     "warmup_steps": 5,
     "batch_size": 16,

@@ -29,13 +29,17 @@ def small_config(model: ModelRef, **overrides) -> dict:
             "checkpoint_every": 2, **overrides}
 
 
-def wait_for(predicate: Callable[[], bool], *, timeout_s: float, what: str, poll_s: float = 0.2) -> None:
+def wait_for(
+    predicate: Callable[[], bool], *, timeout_s: float, what: str | Callable[[], str], poll_s: float = 0.2
+) -> None:
+    """`what` may be a callable so that what it describes (a worker's log, say) is read at the timeout."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if predicate():
             return
         time.sleep(poll_s)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+    description = what() if callable(what) else what
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {description}")
 
 
 def run_status(run_id: int) -> str:

@@ -24,7 +24,7 @@ def test_a_run_succeeds_with_metrics_checkpoints_as_models_and_a_nan_run_fails_n
     worker = celery_worker_factory(queues=("gpu",))
     good = _create(tiny_model, researcher)
     diverging = _create(tiny_model, researcher, debug_nan_at_step=3)
-    wait_for(lambda: run_status(diverging.pk) in FINISHED, timeout_s=240, what=f"both runs\n{worker.log_tail()}")
+    wait_for(lambda: run_status(diverging.pk) in FINISHED, timeout_s=240, what=lambda: f"both runs\n{worker.log_tail()}")
     good.refresh_from_db()
     assert good.status == Run.Status.SUCCEEDED, good.error
     assert list(MetricRow.objects.filter(run=good).values_list("step", flat=True)) == [1, 2, 3, 4, 5, 6]
@@ -48,7 +48,7 @@ def test_a_running_run_is_canceled_within_one_step(celery_worker_factory, tiny_m
     worker = celery_worker_factory(queues=("gpu",))
     run = _create(tiny_model, researcher, max_steps=500, checkpoint_every=0)
     wait_for(lambda: Run.objects.get(pk=run.pk).current_step >= 2, timeout_s=120,
-             what=f"two steps\n{worker.log_tail()}")
+             what=lambda: f"two steps\n{worker.log_tail()}")
     services.run_cancel(run_id=run.pk)
     # From the moment the cancel is committed: a step that checked should_stop just before it may still run.
     canceled_at = time.time()

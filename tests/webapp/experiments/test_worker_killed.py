@@ -25,7 +25,7 @@ def test_killed_worker_run_is_failed_then_resumed_with_a_continuous_step_axis(
     run = services.run_create(kind="reward_model", config=small_config(tiny_model, max_steps=STEPS),
                               data_source=ARITHMETIC, created_by=researcher, name="killed")
     wait_for(lambda: ModelRef.objects.filter(run=run, step=4).exists(), timeout_s=120,
-             what=f"the step-4 checkpoint\n{worker.log_tail()}")
+             what=lambda: f"the step-4 checkpoint\n{worker.log_tail()}")
     wait_for(lambda: Run.objects.get(pk=run.pk).current_step >= 5, timeout_s=60, what="step 5")
     worker.process.send_signal(signal.SIGKILL)
     worker.process.wait()
