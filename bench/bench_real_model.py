@@ -1,12 +1,14 @@
 """The trainer on the real instruct model (SmolLM2-135M-Instruct) against TRL 1.16, in one run.
 
-    python bench/bench_real_model.py [--model-dir DIR --grpo-steps 3 --pair-steps 4 --skip-trl --only grpo]
+    python bench/bench_real_model.py [--model-dir DIR --grpo-steps 3 --pair-steps 4 --skip-trl --only grpo
+                                      --precision bf16-mixed]
 
 - CPU peak: a 2-thread float32 matrix product (2048 x 2048, best of 10) gives the GFLOP/s the step is held to;
   it is measured again at the end (under load from other processes, a fraction above 100 % means the peak
   was measured low).
 - GRPO step: 2 chat prompts (66 tokens each through the chat template) x G=8 x 64 new tokens, beta 0.04,
-  loss type "grpo", one optimizer step per generation batch, float32, no gradient checkpointing, on both sides.
+  loss type "grpo", one optimizer step per generation batch, float32 (or, with --precision bf16-mixed, bf16
+  autocast over float32 weights: TRL's bf16=True), no gradient checkpointing, on both sides.
   Every completion is 64 tokens on both sides (min_new_tokens 64: no end token is drawn before that), so the
   work is equal. Our phases (generation, scoring = rewards + reference log-probs, backward = policy forward,
   backward and optimizer) and the step's model FLOP/s as a fraction of the CPU peak. Model FLOPs count what a
@@ -67,6 +69,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--pair-batch", type=int, default=4)
     parser.add_argument("--only", choices=("grpo", "pairs"), help="run only the GRPO or only the DPO/RM part")
     parser.add_argument("--skip-trl", action="store_true", help="time only ours")
+    parser.add_argument("--precision", choices=("fp32", "bf16-mixed"), default="fp32",
+                        help="GRPO on both sides: float32, or bf16 autocast with float32 weights (TRL's bf16=True)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     return args
@@ -79,11 +83,11 @@ def model_directory(path: Path) -> Path:
     return build_smollm2(path)[0]
 
 
-def sgemm_peak(threads: int, size: int = 2048, repeats: int = 10) -> tuple[float, float]:
-    """(best, median) GFLOP/s of a float32 size x size matrix product on `threads` threads."""
+def sgemm_peak(threads: int, size: int = 2048, repeats: int = 10, dtype: torch.dtype = torch.float32) -> tuple[float, float]:
+    """(best, median) GFLOP/s of a size x size matrix product on `threads` threads (float32 unless told)."""
     torch.set_num_threads(threads)
-    left, right = torch.randn(size, size), torch.randn(size, size)
-    out = torch.empty(size, size)
+    left, right = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
+    out = torch.empty(size, size, dtype=dtype)
     torch.mm(left, right, out=out)
     rates = []
     for _ in range(repeats):
@@ -198,7 +202,7 @@ def run_our_grpo(args: argparse.Namespace, model_dir: Path, prompt_tokens: int) 
             "loss_aggregation": "sequence-mean",
             "rewards": {"format_tags": 1.0},
             "gradient_checkpointing": False,
-            "precision": "fp32",
+            "precision": args.precision,
         },
     )
     rows = [{"prompt": prompt} for prompt in chat_prompts()]
@@ -233,7 +237,7 @@ def run_trl_grpo(args: argparse.Namespace, model_dir: Path) -> tuple[float, list
         loss_type="grpo",
         temperature=1.0,
         gradient_checkpointing=False,
-        bf16=False,
+        bf16=args.precision == "bf16-mixed",
         use_cpu=True,
         report_to="none",
         save_strategy="no",
@@ -268,7 +272,7 @@ def grpo_bench(args: argparse.Namespace, model_dir: Path, peak: float, bandwidth
 
     print(
         f"\nGRPO step, SmolLM2-135M-Instruct: {len(lengths)} chat prompts ({', '.join(map(str, lengths))} tokens) x "
-        f"G={GROUP_SIZE} x {NEW_TOKENS} new tokens, beta {BETA}, float32, no gradient checkpointing, "
+        f"G={GROUP_SIZE} x {NEW_TOKENS} new tokens, beta {BETA}, {args.precision}, no gradient checkpointing, "
         f"{args.threads} threads, steps 2..{args.grpo_steps}; load average {os.getloadavg()[0]:.2f}"
     )
     print(f"completion lengths per step: ours {our_lengths}" + ("" if trl is None else f", TRL {trl[1]}"))
@@ -340,12 +344,17 @@ def main() -> None:
     bandwidth = read_bandwidth(args.threads)
     print(f"CPU peak: float32 2048 x 2048 matrix product on {args.threads} threads: best {best:.1f} GFLOP/s "
           f"(median {median:.1f}); memory read {bandwidth:.1f} GB/s; load average {os.getloadavg()[0]:.2f}")
+    if args.precision == "bf16-mixed":
+        # under autocast the matrix products run in bf16: the step is held to that peak
+        best, median = sgemm_peak(args.threads, dtype=torch.bfloat16)
+        print(f"CPU peak: bfloat16 2048 x 2048 matrix product: best {best:.1f} GFLOP/s (median {median:.1f}); "
+              "the fractions below use it")
     if args.only != "pairs":
         grpo_bench(args, model_dir, best, bandwidth)
     if args.only != "grpo":
         pair_bench(args, model_dir)
     # other processes on the machine lower any one measurement: the peak is the better of the two
-    again, _ = sgemm_peak(args.threads)
+    again, _ = sgemm_peak(args.threads, dtype=torch.bfloat16 if args.precision == "bf16-mixed" else torch.float32)
     print(f"CPU peak measured again at the end: best {again:.1f} GFLOP/s (the fractions above use {best:.1f}); "
           f"load average {os.getloadavg()[0]:.2f}")
     print(json.dumps({"peak_gflops_start": round(best, 1), "peak_gflops_end": round(again, 1)}))

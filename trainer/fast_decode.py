@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from transformers import PreTrainedModel
 
+from trainer import products
 from trainer.selective_forward import rotary, supports_selective_forward, unwrapped
 
 
@@ -309,9 +310,9 @@ def _rms_norm(hidden: Tensor, norm: nn.Module) -> Tensor:
 
 def _linear(module: nn.Module, x: Tensor) -> Tensor:
     # a plain Linear is called as a function (module dispatch costs more than the product here);
-    # anything else (LoRA, quantised layers) through its own forward
+    # anything else (LoRA, quantised layers, the fp32 head of bf16-mixed) through its own forward
     if type(module) is nn.Linear:
-        return F.linear(x, module.weight, module.bias)
+        return products.linear(x, module.weight, module.bias)
     return module(x)
 
 

@@ -4,11 +4,12 @@ One step: draw batch_size prompts, sample group_size completions of each from th
 score them, turn rewards into group advantages, then num_iterations optimizer updates of the clipped
 surrogate with the k3 KL to a frozen reference. In fp32 the sampling log-probs are the old log-probs (taken at
 the sampling temperature, see trainer.generation), so no forward pass is spent on them; in bf16 the training
-forward recomputes them (sampling would not match it). The reference model is run only when beta > 0 (with
-LoRA it is the policy with its adapters disabled).
+forward's own log-probs are the old ones (sampling would not match it): with one update per batch
+(num_iterations 1) the update's forward gives them, detached, as TRL does; with more, a forward before the updates
+takes them. The reference model is run only when beta > 0 (with LoRA it is the policy with its adapters disabled).
 
-Timing metrics: time/generation_s (sampling), time/scoring_s (rewards, reference log-probs and, in bf16, the
-old log-probs), time/backward_s (policy forward, backward and optimizer updates).
+Timing metrics: time/generation_s (sampling), time/scoring_s (rewards, reference log-probs and, in bf16 with
+num_iterations > 1, the old log-probs), time/backward_s (policy forward, backward and optimizer updates).
 """
 
 from __future__ import annotations
@@ -96,6 +97,8 @@ class GRPOLearner:
         self.optimizer = optimizer
         self.scheduler = scheduler
         self.recompute_old_logprobs = recompute_old_logprobs
+        # one update per batch: the policy the update's forward runs is the one that sampled (ratio exactly 1)
+        self.old_logprobs_from_the_update = recompute_old_logprobs and config.num_iterations == 1
         self.parameters = [p for p in policy.parameters() if p.requires_grad]
         self.params = sampling_params(config, config.group_size)
 
@@ -167,7 +170,7 @@ class GRPOLearner:
                 )
                 loss, loss_metrics = policy_loss(
                     logprobs,
-                    chunk.logprobs,
+                    logprobs.detach() if self.old_logprobs_from_the_update else chunk.logprobs,
                     advantages[rows],
                     loss_mask[rows],
                     eps_low=config.epsilon_low,
@@ -216,7 +219,7 @@ class GRPOLearner:
         rewards = torch.tensor(scored.rewards)
         advantages = group_advantages(rewards, config.group_size, scale=config.advantage_scale)
         reference_started = time.perf_counter()
-        if self.recompute_old_logprobs:
+        if self.recompute_old_logprobs and not self.old_logprobs_from_the_update:
             samples = self.with_training_logprobs(samples)
         ref_logprobs = self.reference_logprobs(samples)
         updates_started = time.perf_counter()

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 from transformers import (
     AutoModelForCausalLM,
@@ -29,6 +28,7 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
+from trainer import products
 from trainer.config import BaseConfig, ConfigError
 from trainer.model_names import ACCEPTED, is_hub_id, looks_local
 
@@ -165,7 +165,7 @@ class Float32Head(nn.Linear):
 
     def forward(self, hidden: Tensor) -> Tensor:
         with torch.autocast(hidden.device.type, enabled=False):
-            return F.linear(hidden.to(self.weight.dtype), self.weight, self.bias)
+            return products.linear(hidden.to(self.weight.dtype), self.weight, self.bias)
 
 
 def _heads_in_fp32(model: PreTrainedModel) -> PreTrainedModel:

@@ -33,6 +33,7 @@ def _page_state(page) -> str:
             ready: item?.dataset.ready, assignment: document.getElementById('item-form')?.dataset.assignment,
             sent: document.getElementById('item-form')?.dataset.sent, error: document.getElementById('item-error')?.textContent,
             focus: document.activeElement?.outerHTML.slice(0, 200), requests: document.querySelectorAll('.htmx-request').length,
+            chosen: document.querySelector('.choice.selected')?.dataset.choice, choice: document.querySelector('[name=choice]')?.value,
         };
     }""")
-    return f"url {page.url}\n{state}\njs errors {getattr(page, 'js_errors', None)}"
+    return f"url {page.url}\n{state}\njs errors {page.js_errors}\nHTTP errors {page.http_errors}"

@@ -44,6 +44,11 @@ def page(browser) -> Iterator:
     errors: list[str] = []
     page.on("pageerror", lambda error: errors.append(str(error)))
     page.js_errors = errors
+    # what the server refused or failed on, for the messages of tests that time out waiting for a change
+    http_errors: list[str] = []
+    page.on("response", lambda response: response.status >= 400
+            and http_errors.append(f"{response.status} {response.request.method} {response.url}"))
+    page.http_errors = http_errors
     yield page
     context.close()
 

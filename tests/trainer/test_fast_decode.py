@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+import torch.nn.functional as F
 from transformers import (
     LlamaConfig,
     LlamaForCausalLM,
@@ -120,3 +121,17 @@ def test_grouped_attention_equals_sdpa(heads, kv_heads, queries):
         query, key, value, attn_mask=bias, scale=0.3, enable_gqa=heads != kv_heads
     )
     torch.testing.assert_close(fast_decode.grouped_attention(query, key, value, bias, 0.3), expected, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("rows", [1, 16, 65])
+def test_the_decoding_product_equals_f_linear_with_and_without_bias(rows):
+    from trainer import products
+
+    torch.manual_seed(0)
+    x, weight, bias = torch.randn(rows, 1, 48), torch.randn(40, 48), torch.randn(40)
+    for b in (None, bias):
+        got = products.linear(x, weight, b)
+        assert got.shape == (rows, 1, 40)
+        torch.testing.assert_close(got, F.linear(x, weight, b), rtol=1e-5, atol=1e-5)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert products.linear(x, weight, bias).dtype == torch.bfloat16  # autocast's own product, not ours

@@ -268,7 +268,22 @@ def test_a_short_offline_run_under_bf16_mixed_succeeds(kind, tiny_model, tmp_pat
     assert {p.dtype for p in saved.parameters()} == {torch.float32}
 
 
-def test_a_short_grpo_run_under_bf16_mixed_samples_scores_and_learns(tiny_model, tmp_path):
+def _old_logprob_forwards(monkeypatch) -> list[int]:
+    """Counts the forwards GRPO spends on old log-probs before its updates."""
+    from trainer.grpo import GRPOLearner
+
+    calls: list[int] = []
+    original = GRPOLearner.with_training_logprobs
+
+    def counted(self, samples):
+        calls.append(1)
+        return original(self, samples)
+
+    monkeypatch.setattr(GRPOLearner, "with_training_logprobs", counted)
+    return calls
+
+
+def test_a_short_grpo_run_under_bf16_mixed_samples_scores_and_learns(tiny_model, tmp_path, monkeypatch):
     from trainer.grpo import train
 
     config = config_from_dict(
@@ -278,8 +293,11 @@ def test_a_short_grpo_run_under_bf16_mixed_samples_scores_and_learns(tiny_model,
     )
     sink = MemorySink()
     rows = [{"prompt": p.prompt, "answer": str(p.answer)} for p in arithmetic.problems(1, "train", 4)]
+    old_logprob_forwards = _old_logprob_forwards(monkeypatch)
     with autocast_of_every_forward() as autocast:
         train(config, rows, sink)
+    # one update per batch: the update's own forward gives the old log-probs, no forward is spent before it
+    assert old_logprob_forwards == []
     # generation, the reference, the training forward: every forward under bf16 autocast
     assert autocast and all(autocast)
     assert sorted(sink.metrics) == [1, 2]
@@ -290,6 +308,25 @@ def test_a_short_grpo_run_under_bf16_mixed_samples_scores_and_learns(tiny_model,
     first = sink.metrics[1]
     assert first["ratio/min"] == pytest.approx(1.0, abs=1e-5) and first["ratio/max"] == pytest.approx(1.0, abs=1e-5)
     assert first["kl"] < 0.01
+
+
+def test_grpo_under_bf16_mixed_with_two_updates_a_batch_takes_the_old_logprobs_before_them(
+    tiny_model, tmp_path, monkeypatch
+):
+    from trainer.grpo import train
+
+    config = config_from_dict(
+        "grpo",
+        {"model": tiny_model, "output_dir": str(tmp_path), "max_steps": 2, "batch_size": 2, "group_size": 4,
+         "max_new_tokens": 8, "max_length": 40, "precision": "bf16-mixed", "num_iterations": 2},
+    )
+    rows = [{"prompt": p.prompt, "answer": str(p.answer)} for p in arithmetic.problems(1, "train", 4)]
+    old_logprob_forwards = _old_logprob_forwards(monkeypatch)
+    sink = MemorySink()
+    train(config, rows, sink)
+    # the second update's ratio must be against the policy that sampled, not the one the first update made
+    assert old_logprob_forwards == [1, 1]
+    assert all(_finite(metrics) for metrics in sink.metrics.values())
 
 
 def test_a_short_ppo_run_under_bf16_mixed_succeeds(tiny_model, tmp_path):
