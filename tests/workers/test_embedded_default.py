@@ -16,6 +16,8 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -91,3 +93,57 @@ def test_run_command_serves_login_and_round_trips_a_task_through_a_real_worker(t
     logs = tmp_path / "logs"
     assert '"GET /accounts/login/' in (logs / "web.log").read_text()
     assert "ready." in (logs / "worker-default.log").read_text()
+
+
+def _descendants(pid: int) -> set[int]:
+    """Every live process under `pid` (read from /proc: the children's children too)."""
+    parents: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z":
+            parents.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, frontier = set(), [pid]
+    while frontier:
+        children = parents.get(frontier.pop(), [])
+        found.update(children)
+        frontier.extend(children)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+def test_serve_stopped_by_a_signal_leaves_no_process_behind(tmp_path, stop_signal):
+    env = _embedded_env(tmp_path)
+    subprocess.run([sys.executable, "manage.py", "migrate", "--noinput"], cwd=REPO_ROOT, env=env, check=True,
+                   capture_output=True)
+    port = _free_port()
+    log = tmp_path / "serve.log"
+    serve = subprocess.Popen([sys.executable, "manage.py", "serve", "--addrport", f"127.0.0.1:{port}"], cwd=REPO_ROOT,
+                             env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
+    children: set[int] = set()
+    try:
+        _wait_for_http(f"http://127.0.0.1:{port}/healthz", serve, log)
+        children = _descendants(serve.pid)
+        assert len(children) >= 3, f"expected the web server and two workers under serve, found {children}"
+        serve.send_signal(stop_signal)
+        serve.wait(timeout=30)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and any(_alive(pid) for pid in children):
+            time.sleep(0.2)
+        left = [pid for pid in children if _alive(pid)]
+        assert not left, f"still running after {stop_signal.name} to serve: {left}\n{log.read_text()}"
+        if stop_signal == signal.SIGTERM:
+            assert "stopping" in log.read_text()
+    finally:  # a failed check must not leave its processes to the next tests
+        for pid in [*children, *_descendants(serve.pid)] + ([serve.pid] if serve.poll() is None else []):
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)

@@ -1,9 +1,10 @@
-"""Start the web server and the Celery workers together; Ctrl-C stops them all.
+"""Start the web server and the Celery workers together; Ctrl-C or SIGTERM stops them all.
 
 The terminal shows one summary block once everything is up (address, demo accounts, where the logs are), then
 only warnings and errors; each process's full output goes to a file under `<data dir>/logs/`.
 """
 
+import ctypes
 import os
 import re
 import signal
@@ -23,6 +24,23 @@ from webapp.process_logs import relay
 from workers.app import DEFAULT_QUEUE, GPU_QUEUE
 
 READY_TIMEOUT_S = 90.0
+PR_SET_PDEATHSIG = 1
+# Resolved before any fork: the child, between fork and exec, only calls it.
+_PRCTL = getattr(ctypes.CDLL(None, use_errno=True), "prctl", None) if sys.platform == "linux" else None
+
+
+class StopRequested(Exception):
+    """SIGTERM (a service manager, `kill`, docker stop) asks for what Ctrl-C does: stop every process."""
+
+
+def _stop_requested(signum: int, _frame: object) -> None:
+    raise StopRequested(signal.Signals(signum).name)
+
+
+def _die_with_parent() -> None:
+    """On Linux the child is sent SIGTERM when serve dies, even by SIGKILL: no orphan keeps the port or the GPU."""
+    if _PRCTL is not None:
+        _PRCTL(PR_SET_PDEATHSIG, signal.SIGTERM)
 _WORKER_READY = re.compile(r"@\S+ ready\.")
 
 
@@ -49,7 +67,7 @@ class Started:
 
 
 class Command(BaseCommand):
-    help = "Run the web server and the Celery workers (default and gpu queues) until Ctrl-C."
+    help = "Run the web server and the Celery workers (default and gpu queues) until Ctrl-C or SIGTERM."
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("--addrport", default="127.0.0.1:8000")
@@ -58,6 +76,7 @@ class Command(BaseCommand):
         log_dir = settings.DATA_DIR / "logs"
         log_dir.mkdir(parents=True, exist_ok=True)
         commands = {**worker_commands(), "web": [sys.executable, "manage.py", "runserver", addrport, "--noreload"]}
+        signal.signal(signal.SIGTERM, _stop_requested)
         started = [self._start(name, command, log_dir) for name, command in commands.items()]
         try:
             waiting = _wait_until_up(started, f"http://{addrport}/healthz")
@@ -67,7 +86,7 @@ class Command(BaseCommand):
             stopped = next(item for item in started if item.process.poll() is not None)
             self.stderr.write(f"{stopped.name} exited with {stopped.process.returncode} (see {stopped.log_path});"
                               " stopping the others")
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, StopRequested):
             self.stdout.write("stopping…")
         finally:
             _stop([item.process for item in started])
@@ -75,7 +94,7 @@ class Command(BaseCommand):
     def _start(self, name: str, command: list[str], log_dir: Path) -> Started:
         process = subprocess.Popen(
             command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env={**os.environ, "PYTHONUNBUFFERED": "1"}, preexec_fn=_die_with_parent,
         )
         item = Started(name, process, log_dir / f"{name}.log")
         item.log_path.write_text("")  # each start begins a fresh log
