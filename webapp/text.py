@@ -17,6 +17,15 @@ def storable_text(text: str) -> str:
     return text.replace(NUL, REPLACEMENT)
 
 
+def typed_text_problem(value: str, *, max_length: int) -> str | None:
+    """Why a short text a person typed (a name, a path) cannot be stored as is, or None when it can."""
+    if NUL in value:
+        return "holds a NUL character"
+    if len(value) > max_length:
+        return f"is {len(value):,} characters long; at most {max_length:,} are allowed"
+    return None
+
+
 def counted(count: int, singular: str, plural: str | None = None) -> str:
     """'1 preference pair', '2 preference pairs': the noun agrees with its number."""
     return f"{count} {singular if count == 1 else plural or singular + 's'}"

@@ -8,7 +8,9 @@
   "use strict";
   const container = document.getElementById("charts");
   if (!container) return;
-  const runs = JSON.parse(container.dataset.runs);
+  // Plotly reads trace names as its own HTML subset (links included): a run's name is shown as typed, as text.
+  const asPlotlyText = (text) => text.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
+  const runs = JSON.parse(container.dataset.runs).map((run) => ({ ...run, label: asPlotlyText(run.label) }));
   // several runs: each chart has a legend under its x axis, so it gets the height for it (experiments.css)
   container.classList.toggle("several-runs", runs.length > 1);
   const COLORS = ["#3b5bdb", "#e8590c", "#2b8a3e", "#ae3ec9", "#c92a2a", "#0c8599", "#5c940d", "#862e9c"];

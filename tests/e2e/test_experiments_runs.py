@@ -144,13 +144,16 @@ def test_a_run_is_canceled_from_its_page_within_one_step(page, live_server, rese
     assert page.js_errors == []
 
 
+LINKED_NAME = "<a href='https://example.com/'>second</a>"
+
+
 def test_two_runs_are_compared_and_the_diff_shows_exactly_the_differing_keys(page, live_server, researcher,
                                                                              tiny_model, monkeypatch):
     monkeypatch.setattr("workers.tasks.run_training.delay", lambda run_id: None)
     first = services.run_create(kind="reward_model", config=small_config(tiny_model), data_source=ARITHMETIC,
                                 created_by=researcher, name="first")
     second = services.run_create(kind="reward_model", config=small_config(tiny_model, lr=0.003, seed=7),
-                                 data_source=ARITHMETIC, created_by=researcher, name="second")
+                                 data_source=ARITHMETIC, created_by=researcher, name=LINKED_NAME)
     for run, loss in ((first, 1.0), (second, 2.0)):
         services.metric_rows_write(run_id=run.pk, rows=[
             {"step": step, "wall_time": float(step), "tokens_seen": step, "metrics": {"loss": loss / step}}
@@ -164,8 +167,10 @@ def test_two_runs_are_compared_and_the_diff_shows_exactly_the_differing_keys(pag
     keys = page.locator("table.config-diff tbody tr").evaluate_all("rows => rows.map(row => row.dataset.key)")
     assert keys == ["lr", "seed"]
     page.wait_for_function("window.preflabCharts && window.preflabCharts.points('loss') === 20")
-    names = page.evaluate("window.preflabCharts.traceNames('loss')")
-    assert f"#{first.pk} first" in names and f"#{second.pk} second" in names
+    # the legend shows each run's name as typed: Plotly's own HTML (a link here) is not drawn
+    legend = page.locator("[data-metric=loss] .legendtext").all_text_contents()
+    assert f"#{first.pk} first" in legend and f"#{second.pk} {LINKED_NAME}" in legend, legend
+    assert page.locator("[data-metric=loss] .legend a").count() == 0
     assert page.js_errors == []
 
 

@@ -140,8 +140,15 @@ def _tiers_from_post(post: QueryDict) -> list[list[int]]:
     return [sorted(by_rank[rank]) for rank in sorted(by_rank)]
 
 
+def _response_id(post: QueryDict, name: str) -> int:
+    value = post.get(name, "")
+    if not value.isdecimal():
+        raise ValidationError(f"{name}: a response number is expected, not {value[:40]!r}")
+    return int(value)
+
+
 def _pairwise_tiers(post: QueryDict) -> tuple[list[list[int]], bool]:
-    first, second = int(post["response_a"]), int(post["response_b"])
+    first, second = _response_id(post, "response_a"), _response_id(post, "response_b")
     choices = {"a": [[first], [second]], "b": [[second], [first]], "tie": [[first, second]],
                "both_bad": [[first, second]]}
     choice = post.get("choice", "")

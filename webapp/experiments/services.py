@@ -34,7 +34,7 @@ from webapp.experiments import selectors
 from webapp.experiments.alerts import AlertThresholds, alerts_for
 from webapp.experiments.data_sources import data_source_check
 from webapp.experiments.models import MODEL_FIELDS, MetricRow, ModelRef, Run, Sample
-from webapp.text import storable_text
+from webapp.text import storable_text, typed_text_problem
 
 logger = logging.getLogger(__name__)
 
@@ -161,6 +161,10 @@ def _free_name(preferred: str, path: str) -> str:
 
 def model_register(*, path: str, name: str = "") -> ModelRef:
     """Register a model named as `model_resolve` accepts; registering a registered one returns its row."""
+    for field, value in (("path", path), ("name", name)):
+        problem = typed_text_problem(value, max_length=ModelRef._meta.get_field(field).max_length or 1000)
+        if problem:
+            raise ValidationError({field: f"the {field} {problem}"})
     try:
         resolved = model_resolve(path)
     except ValidationError as error:

@@ -8,7 +8,7 @@ from urllib.parse import urlencode
 from django.contrib import messages
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
@@ -75,7 +75,11 @@ def run_list(request: HttpRequest, *, rows_only: bool = False) -> HttpResponse:
 def run_launch(request: HttpRequest) -> HttpResponse:
     parent = None
     if request.GET.get("fork"):
-        parent = get_object_or_404(Run, pk=request.GET["fork"])
+        fork = request.GET["fork"]
+        if not fork.isdecimal():
+            return HttpResponseBadRequest(f"fork: a run number is expected, not {fork[:40]!r}",
+                                          content_type="text/plain; charset=utf-8")
+        parent = get_object_or_404(Run, pk=int(fork))
     kinds = selectors.launchable_kinds()
     kind = request.GET.get("kind") or (parent.kind if parent else kinds[0])
     if kind not in kinds:
