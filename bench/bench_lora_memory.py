@@ -12,7 +12,6 @@ a freshly built tiny model; for SmolLM2: `python -m trainer build-smollm2 DIR` f
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
 import resource
@@ -36,19 +35,6 @@ PROMPTS = [
 ]
 
 
-def live_model_parameter_bytes() -> int:
-    from transformers import PreTrainedModel
-
-    gc.collect()
-    storages: dict[int, int] = {}
-    for thing in gc.get_objects():
-        if issubclass(type(thing), PreTrainedModel):
-            for parameter in thing.parameters():
-                storage = parameter.untyped_storage()
-                storages[storage.data_ptr()] = storage.nbytes()
-    return sum(storages.values())
-
-
 def run_variant(model_dir: str, work: Path, separate_reference: bool, precision: str, threads: int) -> dict:
     """One LoRA GRPO step in this process; the figures as a dict."""
     import torch
@@ -56,6 +42,7 @@ def run_variant(model_dir: str, work: Path, separate_reference: bool, precision:
 
     from trainer.config import config_from_dict
     from trainer.grpo import train
+    from trainer.models import live_model_parameter_bytes
     from trainer.sink import MemorySink
 
     transformers_logging.set_verbosity_error()

@@ -9,6 +9,7 @@ LoRA via peft when asked; with LoRA the reference is the policy with its adapter
 
 from __future__ import annotations
 
+import gc
 import logging
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -415,3 +416,16 @@ def build_tiny_causal_lm(
     )
     LlamaForCausalLM(config).save_pretrained(directory)
     return directory
+
+
+def live_model_parameter_bytes() -> int:
+    """Bytes of the distinct parameter storages of every transformers model alive in this process (a model that
+    shares its weights with another, as a LoRA policy's reference does, counts once): what memory tests measure."""
+    gc.collect()
+    storages: dict[int, int] = {}
+    for thing in gc.get_objects():
+        if issubclass(type(thing), PreTrainedModel):
+            for parameter in thing.parameters():
+                storage = parameter.untyped_storage()
+                storages[storage.data_ptr()] = storage.nbytes()
+    return sum(storages.values())

@@ -2,18 +2,23 @@
 reference log-probs equal to those of the base model loaded on its own, to 1e-5 per token (measured: 0.0, the
 same weights through the same kernels; a disabled LoRA layer calls only its base layer)."""
 
-import gc
 import shutil
 
 import pytest
 import torch
-from transformers import PreTrainedModel
 
 from trainer.builtin_datasets import arithmetic
 from trainer.config import config_from_dict
 from trainer.generation import HFGenerationBackend, SamplingParams
 from trainer.logprobs import completion_logprobs
-from trainer.models import LoraOptions, load_policy, load_reference, load_reference_for, load_tokenizer
+from trainer.models import (
+    LoraOptions,
+    live_model_parameter_bytes,
+    load_policy,
+    load_reference,
+    load_reference_for,
+    load_tokenizer,
+)
 from trainer.sink import MemorySink
 
 CPU = torch.device("cpu")
@@ -66,18 +71,6 @@ def test_a_separate_reference_model_is_loaded_on_its_own(tiny_model, tmp_path):
     assert load_reference_for(tiny_model, plain).model is not plain
 
 
-def _live_model_parameter_bytes() -> int:
-    """Bytes of the distinct parameter storages of every transformers model alive in this process."""
-    gc.collect()
-    storages: dict[int, int] = {}
-    for thing in gc.get_objects():
-        if issubclass(type(thing), PreTrainedModel):
-            for parameter in thing.parameters():
-                storage = parameter.untyped_storage()
-                storages[storage.data_ptr()] = storage.nbytes()
-    return sum(storages.values())
-
-
 class ParameterBytesSink(MemorySink):
     """A MemorySink that also measures, at every logged step, the parameter bytes every live model holds."""
 
@@ -87,7 +80,7 @@ class ParameterBytesSink(MemorySink):
 
     def log(self, step, metrics, *, tokens_seen):
         super().log(step, metrics, tokens_seen=tokens_seen)
-        self.parameter_bytes.append(_live_model_parameter_bytes())
+        self.parameter_bytes.append(live_model_parameter_bytes())
 
 
 def _lora_run(kind: str, model_dir: str, output_dir, **fields) -> ParameterBytesSink:
@@ -107,7 +100,7 @@ def _lora_run(kind: str, model_dir: str, output_dir, **fields) -> ParameterBytes
 @pytest.mark.parametrize("kind", ["grpo", "dpo"])
 def test_a_lora_run_holds_one_copy_of_the_base_weights(kind, tiny_model, tmp_path):
     base_bytes = sum(p.numel() * p.element_size() for p in load_reference(tiny_model, device=CPU).parameters())
-    already_alive = _live_model_parameter_bytes()  # models other tests left behind, if any
+    already_alive = live_model_parameter_bytes()  # models other tests left behind, if any
     own = _lora_run(kind, tiny_model, tmp_path / "own")
     # the same run with its reference in another directory has to load a second copy: what used to happen
     copy = shutil.copytree(tiny_model, tmp_path / "reference-copy")
