@@ -58,3 +58,20 @@ def test_a_pairwise_submit_without_its_response_numbers_is_refused_naming_the_fi
     assert response.status_code == 200
     assert "response_a: a response number is expected" in response.content.decode()
     assert not Ranking.objects.exists()
+
+
+def test_a_rationale_over_the_cap_is_refused_naming_it_and_the_page_caps_the_box(annotator_client, annotator):
+    project = make_project(items=1, responses=2, members=[annotator], mode=Project.Mode.PAIRWISE)
+    page = annotator_client.get(reverse("annotation:annotate", args=[project.pk])).content.decode()
+    assert f'maxlength="{annotation_services.RATIONALE_MAX_CHARS}"' in page
+    assignment = annotation_services.assignment_lease_next(project=project, annotator=annotator)
+    responses = list(assignment.prompt.responses.order_by("pk").values_list("pk", flat=True))
+    fields = {"choice": "a", "response_a": str(responses[0]), "response_b": str(responses[1]),
+              "rationale": "x" * (annotation_services.RATIONALE_MAX_CHARS + 1)}
+    url = reverse("annotation:annotate_submit", args=[assignment.pk])
+    response = annotator_client.post(url, fields, HTTP_HX_REQUEST="true")
+    assert "rationale: 10,001 characters; at most 10,000 are kept" in response.content.decode()
+    assert not Ranking.objects.exists()
+    fields["rationale"] = "x" * annotation_services.RATIONALE_MAX_CHARS
+    annotator_client.post(url, fields, HTTP_HX_REQUEST="true")
+    assert len(Ranking.objects.get().rationale) == annotation_services.RATIONALE_MAX_CHARS

@@ -39,6 +39,10 @@ from webapp.text import counted, storable_text
 
 logger = logging.getLogger(__name__)
 
+# A rationale is a note on one ranking: 10,000 characters is pages of text; the cap keeps a pasted file out of the
+# database.
+RATIONALE_MAX_CHARS = 10_000
+
 _LEASE_ATTEMPTS = 20
 IMPORT_CHUNK = 500
 
@@ -100,6 +104,9 @@ def prompts_import(
 ) -> ImportSummary:
     """Write parsed records in one transaction; rows whose external id exists already are left alone."""
     with transaction.atomic():
+        # One import of a project at a time: a second one (the same file from another researcher) waits, then
+        # finds the rows present instead of failing on the unique external ids.
+        Project.objects.select_for_update().filter(pk=project.pk).first()
         existing = set(
             Prompt.objects.filter(project=project, external_id__in=[r.external_id for r in records]).values_list(
                 "external_id", flat=True
@@ -268,6 +275,10 @@ def ranking_submit(
     seconds_spent: float = 0.0,
 ) -> Ranking:
     """Record a ranking (tiers of response ids, best first). Submitting again returns the first ranking."""
+    if len(rationale) > RATIONALE_MAX_CHARS:
+        raise ValidationError(
+            f"rationale: {len(rationale):,} characters; at most {RATIONALE_MAX_CHARS:,} are kept. Shorten it and submit again."
+        )
     with transaction.atomic():
         assignment, prompt = _locked_assignment(assignment_id, annotator)
         existing = Ranking.objects.filter(prompt=prompt, annotator=annotator).first()

@@ -82,7 +82,8 @@ def _item_context(
         assignment = services.assignment_lease_next(project=project, annotator=request.user)
     if answer is None or assignment is None or answer.assignment_id != assignment.pk:
         answer = _ShownAnswer(assignment_id=0)
-    context: dict = {"project": project, "assignment": assignment, "error": error, "answer": answer}
+    context: dict = {"project": project, "assignment": assignment, "error": error, "answer": answer,
+                     "rationale_max_chars": services.RATIONALE_MAX_CHARS}
     if assignment is not None:
         responses = selectors.responses_shown(prompt=assignment.prompt, annotator=request.user)
         context["responses"] = [

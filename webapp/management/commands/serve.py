@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from django.conf import settings
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
 from webapp.management.commands.seed_demo import demo_accounts_file
 from webapp.process_logs import relay
@@ -73,6 +73,7 @@ class Command(BaseCommand):
         parser.add_argument("--addrport", default="127.0.0.1:8000")
 
     def handle(self, *args: object, addrport: str, **options: object) -> None:
+        refuse_debug_pages_off_this_machine(addrport, debug=settings.DEBUG)
         log_dir = settings.DATA_DIR / "logs"
         log_dir.mkdir(parents=True, exist_ok=True)
         commands = {**worker_commands(), "web": [sys.executable, "manage.py", "runserver", addrport, "--noreload"]}
@@ -121,6 +122,19 @@ class Command(BaseCommand):
                                             " (see its log)"))
         lines += ["  Only warnings and errors are shown below.", rule]
         return "\n".join(lines)
+
+
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
+
+
+def refuse_debug_pages_off_this_machine(addrport: str, *, debug: bool) -> None:
+    """With DEBUG on, Django's error pages show settings and code to whoever asks: serve them to this machine only."""
+    host = addrport.rpartition(":")[0] if ":" in addrport else "127.0.0.1"
+    if debug and host not in LOOPBACK_HOSTS:
+        raise CommandError(
+            f"--addrport {addrport}: DEBUG is on, and its error pages would be open to other machines. Serve on "
+            "127.0.0.1 (the default), or set DEBUG=false (and SECRET_KEY, ALLOWED_HOSTS) for a shared address."
+        )
 
 
 def _wait_until_up(started: list[Started], health_url: str) -> list[str]:
