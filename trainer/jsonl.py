@@ -32,6 +32,9 @@ def numbered_jsonl(text: str, *, name: str) -> Iterator[tuple[int, dict]]:
         except json.JSONDecodeError as error:
             problem = f"not valid JSON ({error.msg} at column {error.colno})"
             raise JsonlError(f"{name}, line {number}: {problem}", line=number, problem=problem) from None
+        except RecursionError:
+            problem = "JSON nested too deeply to read (arrays or objects inside each other thousands of levels deep)"
+            raise JsonlError(f"{name}, line {number}: {problem}", line=number, problem=problem) from None
         if not isinstance(row, dict):
             problem = f"expected a JSON object, got {type(row).__name__}"
             raise JsonlError(f"{name}, line {number}: {problem}", line=number, problem=problem)

@@ -23,6 +23,7 @@ import csv
 import hashlib
 import io
 import json
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +33,10 @@ from trainer.jsonl import JsonlError, numbered_jsonl
 from webapp.text import is_blank
 
 FORMATS = ("jsonl", "csv")
+# Python's csv module stops at 131,072 characters a cell by default; a long-context prompt may hold more.
+CSV_CELL_MAX_CHARS = 16 * 2**20
+csv.field_size_limit(CSV_CELL_MAX_CHARS)
+LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 _KNOWN_FIELDS = {"id", "external_id", "prompt", "messages", "responses", "chosen", "rejected", "answer",
                  "reference_answer", "metadata"}
 _ROLES = {"system", "user", "assistant", "tool"}
@@ -95,10 +100,13 @@ def parse_import(data: bytes, *, file_format: str) -> list[ImportRecord]:
 
 
 def _refuse_nul(line: int, value: object, field_name: str = "") -> None:
-    """Postgres cannot store the NUL character in text or jsonb: name the field that holds one."""
+    """Postgres cannot store the NUL character in text or jsonb, nor half of a UTF-16 surrogate pair (JSON's
+    "\\ud800" alone): name the field that holds one."""
     if isinstance(value, str):
         if "\x00" in value:
             raise ImportFileError(line, field_name, "contains a NUL character (\\u0000), which cannot be stored")
+        if LONE_SURROGATE.search(value):
+            raise ImportFileError(line, field_name, "contains a lone UTF-16 surrogate (such as \\ud800), which is not text")
     elif isinstance(value, dict):
         for key, item in value.items():
             _refuse_nul(line, key, field_name or "key")
@@ -117,13 +125,17 @@ def _jsonl_rows(text: str) -> Iterator[tuple[int, dict]]:
 
 def _csv_rows(text: str) -> Iterator[tuple[int, dict]]:
     reader = csv.DictReader(io.StringIO(text, newline=""))
-    if not reader.fieldnames:
-        raise ImportFileError(1, "header", "the CSV file has no header row")
-    for row in reader:
-        line = reader.line_num
-        if None in row:
-            raise ImportFileError(line, "row", "more cells than header columns")
-        yield line, _csv_row_to_object(line, row)
+    try:
+        if not reader.fieldnames:
+            raise ImportFileError(1, "header", "the CSV file has no header row")
+        for row in reader:
+            line = reader.line_num
+            if None in row:
+                raise ImportFileError(line, "row", "more cells than header columns")
+            yield line, _csv_row_to_object(line, row)
+    except csv.Error as error:
+        # the reader fails on the line after the last one it counted (a cell over CSV_CELL_MAX_CHARS, a NUL)
+        raise ImportFileError(reader.line_num + 1, "row", f"not readable as CSV ({error})") from None
 
 
 def _csv_row_to_object(line: int, row: dict[str, str | None]) -> dict:

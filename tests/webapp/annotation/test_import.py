@@ -130,3 +130,26 @@ def test_the_command_imports_with_a_progress_bar_and_refuses_a_bad_file(project,
     bad.write_text("prompt,chosen,rejected\nq,a,a\n")
     with pytest.raises(CommandError, match="line 2, field 'rejected'"):
         call_command("import_prompts", str(bad), "--project", str(project.pk), stdout=out, stderr=err)
+
+
+@pytest.mark.parametrize(
+    ("text", "file_format", "message"),
+    [
+        ('{"prompt": "a"}\n{"prompt": ' + "[" * 100_000 + "]" * 100_000 + "}\n", "jsonl",
+         "line 2, field 'json': JSON nested too deeply"),
+        ('{"prompt": "ok"}\n{"prompt": "x", "responses": ["a", "\\ud800"]}\n', "jsonl",
+         "line 2, field 'responses[1]': contains a lone UTF-16 surrogate"),
+        ("id,prompt\n1,ok\n2," + "x" * (16 * 2**20 + 1) + "\n", "csv", "line 3, field 'row': not readable as CSV"),
+    ],
+    ids=["nested JSON", "lone surrogate", "CSV cell over 16 MiB"],
+)
+def test_unreadable_or_unstorable_rows_are_refused_naming_line_and_field(text, file_format, message):
+    with pytest.raises(ImportFileError, match=re.escape(message)):
+        parse_import(text.encode(), file_format=file_format)
+
+
+def test_a_csv_cell_longer_than_pythons_default_limit_is_imported(project):
+    long_prompt = "x" * 140_000  # csv's default limit is 131,072 characters
+    records = parse_import(f"prompt\n{long_prompt}\n".encode(), file_format="csv")
+    services.prompts_import(project=project, records=records)
+    assert Prompt.objects.get().text == long_prompt
