@@ -267,6 +267,20 @@ def upload_store(*, file: UploadedFile, kind: str) -> dict[str, Any]:
     return {"type": "upload", "path": str(path), "name": file.name, "rows": count}
 
 
+def run_create_from_upload(
+    *, file: UploadedFile, kind: str, config: Mapping[str, Any], created_by: AbstractBaseUser | None, name: str = "",
+    parent: Run | None = None,
+) -> Run:
+    """Keep the uploaded file, then create the run on it; a refused run leaves no file behind."""
+    source = upload_store(file=file, kind=kind)
+    try:
+        return run_create(kind=kind, config=config, data_source=source, created_by=created_by, name=name,
+                          parent=parent)
+    except BaseException:
+        Path(source["path"]).unlink(missing_ok=True)
+        raise
+
+
 # --- runs ------------------------------------------------------------------------------------------------
 
 

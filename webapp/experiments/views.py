@@ -112,13 +112,17 @@ def _launch(request: HttpRequest, form: LaunchForm, parent: Run | None) -> Run |
         return None
     try:
         source = form.data_source_value()
+        name = form.cleaned_data.get("name", "")
         if source["type"] == "upload":
             if not form.cleaned_data.get("upload"):
                 raise ValidationError({"upload": "choose a JSONL file to upload"})
-            source = services.upload_store(file=form.cleaned_data["upload"], kind=form.kind)
+            return services.run_create_from_upload(
+                file=form.cleaned_data["upload"], kind=form.kind, config=form.config(), created_by=request.user,
+                name=name, parent=parent,
+            )
         return services.run_create(
-            kind=form.kind, config=form.config(), data_source=source, created_by=request.user,
-            name=form.cleaned_data.get("name", ""), parent=parent,
+            kind=form.kind, config=form.config(), data_source=source, created_by=request.user, name=name,
+            parent=parent,
         )
     except ValidationError as error:
         form.add_service_errors(error)

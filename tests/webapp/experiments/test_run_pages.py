@@ -118,3 +118,18 @@ def test_samples_follow_the_newest_step_while_the_run_is_active(researcher_clien
     assert "answer at 10" in earlier and "every 5s" not in earlier  # a step the user picked stays put
     Run.objects.filter(pk=run.pk).update(status=Run.Status.SUCCEEDED)
     assert "every 5s" not in researcher_client.get(f"/runs/{run.pk}/samples").content.decode()
+
+
+def test_a_launch_refused_after_its_upload_was_read_leaves_no_file_behind(researcher_client, tiny_model, settings):
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    uploads = settings.DATA_DIR / "uploads"
+    before = set(uploads.iterdir()) if uploads.exists() else set()
+    upload = SimpleUploadedFile("pairs.jsonl", b'{"prompt": "a", "chosen": "b", "rejected": "c"}\n')
+    response = researcher_client.post("/runs/new?kind=reward_model", {
+        "data_source": "upload", "upload": upload, "model": tiny_model.path, "lr_scheduler": "linear",
+        "lora_target_modules": "all-linear", "lr": "-1"})  # refused by the trainer's config, after the upload was read
+    assert response.status_code == 200 and "must be &gt; 0, got -1" in response.content.decode()
+    assert not Run.objects.exists()
+    after = set(uploads.iterdir()) if uploads.exists() else set()
+    assert after == before, after - before
