@@ -18,7 +18,8 @@ def wait_ranked(page, count: int) -> None:
     try:
         page.wait_for_function(
             f"document.getElementById('ranked-count')?.textContent === '{count}'"
-            " && (document.getElementById('annotate-item')?.dataset.ready ?? '1') === '1'"
+            # no item left (the "nothing left" page), or the item shown is set up
+            " && (item => !item || item.dataset.ready === '1')(document.getElementById('annotate-item'))"
         )
     except PlaywrightTimeout as timeout:
         raise AssertionError(f"the ranked count never became {count}:\n{_page_state(page)}") from timeout
