@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 import torch
-from common import TimingSink, timed_trl_training
+from common import TRL_CPU_RUN, TimingSink, timed_trl_training
 from transformers import AutoTokenizer
 
 from trainer.answers import answers_match, extract_answer
@@ -101,12 +101,8 @@ def run_trl(
         temperature=1.0,
         gradient_checkpointing=gradient_checkpointing,
         bf16=bf16,
-        use_cpu=True,
-        report_to="none",
-        save_strategy="no",
-        disable_tqdm=True,
         logging_steps=1,
-        seed=0,
+        **TRL_CPU_RUN,
     )
     seconds = timed_trl_training(GRPOTrainer, model_dir, rows, trl_args, reward_funcs=exact_answer_reward)
     return seconds / (args.steps - 1)

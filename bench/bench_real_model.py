@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 
 import torch
-from common import TimingSink, print_table, timed_trl_training
+from common import TRL_CPU_RUN, TimingSink, print_table, timed_trl_training
 from transformers import AutoConfig, AutoTokenizer
 
 from trainer import grpo as our_grpo
@@ -238,12 +238,8 @@ def run_trl_grpo(args: argparse.Namespace, model_dir: Path) -> tuple[float, list
         temperature=1.0,
         gradient_checkpointing=False,
         bf16=args.precision == "bf16-mixed",
-        use_cpu=True,
-        report_to="none",
-        save_strategy="no",
-        disable_tqdm=True,
         logging_steps=1,
-        seed=0,
+        **TRL_CPU_RUN,
     )
     rows = [{"prompt": prompt} for prompt in chat_prompts()] * args.grpo_steps
     lengths: list[float] = []

@@ -96,6 +96,10 @@ def timed_trl_training(trainer_class: type, model_dir: Path, rows: list[dict], t
     return timer.timed_seconds()
 
 
+# How every TRL run of the benches goes: on the CPU, quiet, nothing saved, seeded.
+TRL_CPU_RUN = {"use_cpu": True, "report_to": "none", "save_strategy": "no", "disable_tqdm": True, "seed": 0}
+
+
 def trl_common_args(args: argparse.Namespace, output_dir: Path, lr: float) -> dict:
     return {
         "output_dir": str(output_dir),
@@ -108,12 +112,8 @@ def trl_common_args(args: argparse.Namespace, output_dir: Path, lr: float) -> di
         "max_grad_norm": 1.0,
         "max_length": args.max_length,
         "bf16": False,
-        "use_cpu": True,
-        "report_to": "none",
-        "save_strategy": "no",
-        "disable_tqdm": True,
         "dataloader_num_workers": 0,
-        "seed": 0,
+        **TRL_CPU_RUN,
     }
 
 
