@@ -146,6 +146,7 @@ class SamplingJob(models.Model):
         RUNNING = "running", "Running"
         SUCCEEDED = "succeeded", "Succeeded"
         FAILED = "failed", "Failed"
+        CANCELED = "canceled", "Canceled"
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="sampling_jobs")
     model_path = models.CharField(max_length=500)
@@ -156,6 +157,12 @@ class SamplingJob(models.Model):
     error = models.TextField(blank=True)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
+    # when it was last put on the queue: the reconcile's clock for a queued job whose message may be gone
+    queued_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    # the worker's last sign of life while running; a stale one means the worker was killed or lost
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    cancel_requested = models.BooleanField(default=False)
     finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
