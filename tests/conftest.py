@@ -6,12 +6,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from django.conf import settings
 from django.db import connection
+
+from tests.processes import ChildProcess
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -80,30 +81,20 @@ def worker_environment(**overrides: str) -> dict[str, str]:
     return env
 
 
-@dataclass
-class WorkerProcess:
-    process: subprocess.Popen
-    log_path: Path
-
-    def log_tail(self, lines: int = 40) -> str:
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+class WorkerProcess(ChildProcess):
+    """A `celery worker` process started by a test."""
 
 
 def start_worker_process(
-    *, queues: tuple[str, ...], log_path: Path, env: dict[str, str], pool: str = "solo"
+    *, queues: tuple[str, ...], log_path: Path, env: dict[str, str], pool: str = "solo",
+    beat_schedule: Path | None = None,
 ) -> WorkerProcess:
+    """beat_schedule: also run celery beat in this worker (the periodic reconcile), as `serve` does."""
     command = [sys.executable, "-m", "celery", "-A", "workers", "worker", "-Q", ",".join(queues),
                "--pool", pool, "--concurrency", "1", "--loglevel", "INFO", "--without-gossip", "--without-mingle",
                "-n", f"test-{os.getpid()}-{'-'.join(queues)}@%h"]
+    if beat_schedule is not None:
+        command += ["-B", "--schedule", str(beat_schedule)]
     log_file = log_path.open("w")
     process = subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=log_file, stderr=subprocess.STDOUT)
     return WorkerProcess(process=process, log_path=log_path)
@@ -135,9 +126,10 @@ def celery_worker_factory(tmp_path) -> Iterator[Callable[..., WorkerProcess]]:
     """
     started: list[WorkerProcess] = []
 
-    def start(queues: tuple[str, ...] = ("default", "gpu"), **env_overrides: str) -> WorkerProcess:
+    def start(queues: tuple[str, ...] = ("default", "gpu"), *, beat: bool = False, **env_overrides: str) -> WorkerProcess:
         worker = start_worker_process(
-            queues=queues, log_path=tmp_path / f"worker-{len(started)}.log", env=worker_environment(**env_overrides)
+            queues=queues, log_path=tmp_path / f"worker-{len(started)}.log", env=worker_environment(**env_overrides),
+            pool="threads" if beat else "solo", beat_schedule=tmp_path / f"beat-{len(started)}" if beat else None,
         )
         started.append(worker)
         wait_for_worker(worker, queue=queues[0])

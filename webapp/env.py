@@ -5,6 +5,7 @@ typo in a deployment is a one-line error at boot rather than a surprise at the f
 """
 
 import os
+import re
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -61,6 +62,22 @@ def env_list(name: str, default: list[str], *, separator: str = ",") -> list[str
     if raw is None:
         return list(default)
     return [item.strip() for item in raw.split(separator) if item.strip()]
+
+
+def env_proxy_ssl_header(name: str) -> tuple[str, str] | None:
+    """Django's SECURE_PROXY_SSL_HEADER from the name of the header a TLS-terminating proxy sets, as Django
+    (`HTTP_X_FORWARDED_PROTO`) or as sent (`X-Forwarded-Proto`): a request is secure when it says `https`.
+    Empty for none: trusting such a header without a proxy that overwrites it lets any client claim https."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return None
+    meta_name = raw.upper().replace("-", "_")
+    if not meta_name.startswith("HTTP_"):
+        meta_name = f"HTTP_{meta_name}"
+    if not re.fullmatch(r"HTTP_[A-Z0-9_]+", meta_name):
+        raise ImproperlyConfigured(
+            f"{name}={raw!r} is not a header name: use e.g. HTTP_X_FORWARDED_PROTO (the header must say https).")
+    return (meta_name, "https")
 
 
 def env_dir(name: str, default: Path, *, create: bool) -> Path:

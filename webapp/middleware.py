@@ -1,7 +1,8 @@
-"""Request checks that hold for every page."""
+"""Request checks and response headers that hold for every page."""
 
 from collections.abc import Callable
 
+from django.conf import settings
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 
 
@@ -21,3 +22,20 @@ class RefuseNulInQuery:
                     content_type="text/plain; charset=utf-8",
                 )
         return self.get_response(request)
+
+
+class ContentSecurityPolicy:
+    """Sends settings.CONTENT_SECURITY_POLICY with every response, as Content-Security-Policy-Report-Only while
+    settings.CONTENT_SECURITY_POLICY_REPORT_ONLY (to try a change of policy on a deployment without breaking it)."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        response = self.get_response(request)
+        if settings.DEBUG and response.status_code in (404, 500):
+            return response  # Django's debug pages are styled and scripted inline
+        header = ("Content-Security-Policy-Report-Only" if settings.CONTENT_SECURITY_POLICY_REPORT_ONLY
+                  else "Content-Security-Policy")
+        response.headers.setdefault(header, settings.CONTENT_SECURITY_POLICY)
+        return response

@@ -26,6 +26,16 @@ def typed_text_problem(value: str, *, max_length: int) -> str | None:
     return None
 
 
+# A number typed into an address or a form (an id, a step): str.isdigit() takes "²", which int() refuses, and int()
+# refuses more than 4,300 digits; 18 digits fit a 64-bit column.
+NUMBER_MAX_DIGITS = 18
+
+
+def whole_number(text: str) -> int | None:
+    """The non-negative whole number `text` spells in ASCII digits, or None when it spells none."""
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= NUMBER_MAX_DIGITS else None
+
+
 def counted(count: int, singular: str, plural: str | None = None) -> str:
     """'1 preference pair', '2 preference pairs': the noun agrees with its number."""
     return f"{count} {singular if count == 1 else plural or singular + 's'}"

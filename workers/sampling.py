@@ -18,32 +18,45 @@ from trainer.generation import GroupSamples, HFGenerationBackend, SamplingParams
 from trainer.models import load_reference, load_tokenizer
 from webapp.annotation import selectors, services
 from webapp.annotation.models import Prompt, Response, SamplingJob
+from workers.heartbeat import Heartbeat
 
 logger = logging.getLogger(__name__)
 
 
+HEARTBEAT_EVERY_S = 1.0
+
+
 def sampling_job_execute(*, job_id: int) -> None:
-    """Run a queued sampling job; a job that is not queued any more is left alone."""
+    """Run a queued sampling job; a job that is not queued any more (canceled, or a second message for it) is left
+    alone. A cancel stops it between batches, keeping what it stored."""
     if not services.sampling_job_start(job_id=job_id):
         return
     job = SamplingJob.objects.select_related("project").get(pk=job_id)
     try:
-        _sample_into_project(job)
+        with Heartbeat(lambda: services.sampling_job_heartbeat(job_id=job_id), every_s=HEARTBEAT_EVERY_S,
+                       name=f"sampling-{job_id}-heartbeat"):
+            finished = _sample_into_project(job)
     except Exception as error:
         logger.exception("sampling job %s failed", job_id)
         services.sampling_job_fail(job_id=job_id, error=f"{type(error).__name__}: {error}")
         return
-    services.sampling_job_succeed(job_id=job_id)
+    if finished:
+        services.sampling_job_succeed(job_id=job_id)
+    else:
+        services.sampling_job_stopped(job_id=job_id)
 
 
-def _sample_into_project(job: SamplingJob) -> None:
+def _sample_into_project(job: SamplingJob) -> bool:
+    """Fill the prompts short of responses, batch by batch; False if it stopped early on a cancel. A resumed job
+    continues its count: the prompts it filled before are not selected again."""
     options = job.generation_settings
     per_prompt = int(options["responses_per_prompt"])
     path = services.model_path_check(job.model_path)
     prompts = selectors.prompts_to_sample(project_id=job.project_id, responses_per_prompt=per_prompt)
-    services.sampling_job_progress(job_id=job.pk, done=0, total=len(prompts))
+    done = job.progress_done if job.progress_total else 0
+    services.sampling_job_progress(job_id=job.pk, done=done, total=done + len(prompts))
     if not prompts:
-        return
+        return True
     torch.manual_seed(int(options.get("seed", 0)))
     tokenizer = load_tokenizer(path)
     generation_prompts = {prompt.pk: _generation_prompt(prompt, tokenizer) for prompt in prompts}
@@ -58,8 +71,9 @@ def _sample_into_project(job: SamplingJob) -> None:
     # whether prompts went through the chat template: a text prompt was then sampled as one user turn
     detail = {"model": job.model_path, "sampling_job": job.pk, "chat_template": has_chat_template(tokenizer), **options}
     batch_size = int(options.get("batch_size", 8))
-    done = 0
     for start in range(0, len(prompts), batch_size):
+        if services.sampling_job_should_stop(job_id=job.pk):
+            return False
         batch = prompts[start : start + batch_size]
         samples = backend.generate([generation_prompts[prompt.pk] for prompt in batch], params)
         responses = _response_texts(samples, tokenizer, end_ids=backend.end_token_ids)
@@ -69,6 +83,7 @@ def _sample_into_project(job: SamplingJob) -> None:
                                    source=Response.Source.MODEL, source_detail=detail)
         done += len(batch)
         services.sampling_job_progress(job_id=job.pk, done=done)
+    return True
 
 
 def _generation_prompt(prompt: Prompt, tokenizer) -> TextOrConversation:

@@ -1,5 +1,5 @@
-"""Celery tasks. Each takes ids, calls the job's execution (workers/training.py, workers/sampling.py) or a
-service, and returns something small and JSON-serialisable.
+"""Celery tasks. Each takes ids, calls the job's execution (workers/training.py, workers/sampling.py,
+workers/importing.py) or a service, and returns something small and JSON-serialisable.
 
 The web process imports this module to queue tasks, so the executions (which import torch) are imported
 inside the tasks that run them, on the worker."""
@@ -37,3 +37,11 @@ def sample_responses(job_id: int) -> None:
     from workers.sampling import sampling_job_execute
 
     sampling_job_execute(job_id=job_id)
+
+
+@app.task(name="workers.tasks.import_prompts")
+def import_prompts(job_id: int) -> None:
+    """Check and write an uploaded import file (an import job): light work, on the default queue."""
+    from workers.importing import import_job_execute
+
+    import_job_execute(job_id=job_id)

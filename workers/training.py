@@ -17,14 +17,13 @@ import time
 import traceback
 from collections.abc import Mapping
 
-from django.db import connection
-
 from trainer.config import config_from_dict
 from trainer.kinds import run_kind
 from trainer.sink import SampleRow
 from webapp.experiments import services
 from webapp.experiments.data_sources import training_rows
 from webapp.experiments.models import Run
+from workers.heartbeat import Heartbeat
 
 logger = logging.getLogger(__name__)
 
@@ -60,9 +59,7 @@ class DatabaseSink:
         self._lock = threading.Lock()
         self._rows: list[dict] = []
         self._samples: list[SampleRow] = []
-        self._stopping = threading.Event()
-        self._thread = threading.Thread(target=self._beat, name=f"run-{run_id}-heartbeat", daemon=True)
-        self._thread.start()
+        self._heartbeat = Heartbeat(self._beat, every_s=flush_interval_s, name=f"run-{run_id}-heartbeat").__enter__()
 
     def start(self, *, total_steps: int, start_step: int) -> None:
         services.run_training_started(run_id=self.run_id, total_steps=total_steps, start_step=start_step)
@@ -101,14 +98,9 @@ class DatabaseSink:
                 services.samples_write(run_id=self.run_id, samples=samples)
 
     def close(self) -> None:
-        self._stopping.set()
-        self._thread.join()
+        self._heartbeat.stop()
         self.flush()
 
     def _beat(self) -> None:
-        try:
-            while not self._stopping.wait(self.flush_interval_s):
-                self.flush()
-                services.run_heartbeat(run_id=self.run_id)
-        finally:
-            connection.close()
+        self.flush()
+        services.run_heartbeat(run_id=self.run_id)

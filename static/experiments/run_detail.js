@@ -20,3 +20,11 @@
   });
   dropStaleQueuedMessage();
 })();
+
+// The samples' slider moves over the recorded steps: its request names the step its position points at
+// (computed here, since the Content-Security-Policy refuses htmx's evaluated `hx-vals='js:…'`).
+document.addEventListener("htmx:configRequest", (event) => {
+  const slider = event.detail.elt;
+  if (!slider.matches?.("input[data-steps]")) return;
+  event.detail.parameters.step = JSON.parse(slider.dataset.steps)[slider.value];
+});

@@ -9,3 +9,9 @@ document.addEventListener("htmx:responseError", (event) => {
   banner.textContent = `The server answered ${status}. ${status === 403 ? "You are not allowed to do that." : "Please retry."}`;
   document.querySelector("main")?.prepend(banner);
 });
+
+// A form with data-confirm asks first: the Content-Security-Policy refuses inline onsubmit handlers.
+document.addEventListener("submit", (event) => {
+  const question = event.target.dataset?.confirm;
+  if (question && !window.confirm(question)) event.preventDefault();
+});

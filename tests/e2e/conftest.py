@@ -6,13 +6,15 @@ background networking because this machine's network is closed.
 
 import os
 import shutil
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 
 import pytest
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run", "--disable-quic"]
+DEFAULT_TIMEOUT_MS = 15_000
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +41,7 @@ def browser() -> Iterator:
 @pytest.fixture
 def page(browser) -> Iterator:
     context = browser.new_context(viewport={"width": 1400, "height": 900})
-    context.set_default_timeout(15_000)
+    context.set_default_timeout(DEFAULT_TIMEOUT_MS)
     page = context.new_page()
     errors: list[str] = []
     page.on("pageerror", lambda error: errors.append(str(error)))
@@ -49,8 +51,31 @@ def page(browser) -> Iterator:
     page.on("response", lambda response: response.status >= 400
             and http_errors.append(f"{response.status} {response.request.method} {response.url}"))
     page.http_errors = http_errors
+    page.wait_for_function = _wait_for_function_under_the_policy(page)
     yield page
     context.close()
+
+
+def _wait_for_function_under_the_policy(page) -> Callable[..., None]:
+    """Playwright's own wait_for_function compiles its expression with `new Function` inside the page, which
+    the Content-Security-Policy refuses ('unsafe-eval' is not allowed); page.evaluate is not subject to it."""
+
+    from playwright.sync_api import Error, TimeoutError
+
+    def holds(expression: str) -> bool | Error:
+        try:
+            return bool(page.evaluate(expression))
+        except Error as error:  # the page navigated while asked, as Playwright's own waiting tolerates
+            return error
+
+    def wait_for_function(expression: str, *, timeout: float = DEFAULT_TIMEOUT_MS, polling: float = 100) -> None:
+        deadline = time.monotonic() + timeout / 1000
+        while (answer := holds(expression)) is not True:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"Timeout {timeout} ms exceeded waiting for: {expression} (last answer: {answer})")
+            page.wait_for_timeout(polling)
+
+    return wait_for_function
 
 
 def log_in(page, live_server, username: str, password: str) -> None:

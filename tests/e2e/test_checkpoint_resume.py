@@ -30,7 +30,7 @@ def test_resume_from_an_earlier_checkpoint_asks_then_removes_the_later_ones(
     page, live_server, researcher, settings, tmp_path, tiny_model_dir, monkeypatch
 ):
     queued: list[int] = []
-    monkeypatch.setattr("workers.tasks.run_training.delay", queued.append)
+    monkeypatch.setattr("webapp.queueing.publish", lambda task, *, kind, object_id: queued.append(object_id))
     settings.MODEL_ROOTS = tiny_model_roots(tiny_model_dir)
     settings.RUNS_DIR = tmp_path / "runs"
     run = finished_run_with_checkpoints(register_tiny_model(tiny_model_dir), tiny_model_dir, researcher)
@@ -64,7 +64,7 @@ def test_resume_from_an_earlier_checkpoint_asks_then_removes_the_later_ones(
 
 
 def test_keeping_them_removes_nothing(page, live_server, researcher, settings, tmp_path, tiny_model_dir, monkeypatch):
-    monkeypatch.setattr("workers.tasks.run_training.delay", lambda run_id: None)
+    monkeypatch.setattr("webapp.queueing.publish", lambda task, **message: "")
     settings.MODEL_ROOTS = tiny_model_roots(tiny_model_dir)
     settings.RUNS_DIR = tmp_path / "runs"
     run = finished_run_with_checkpoints(register_tiny_model(tiny_model_dir), tiny_model_dir, researcher)

@@ -149,7 +149,7 @@ LINKED_NAME = "<a href='https://example.com/'>second</a>"
 
 def test_two_runs_are_compared_and_the_diff_shows_exactly_the_differing_keys(page, live_server, researcher,
                                                                              tiny_model, monkeypatch):
-    monkeypatch.setattr("workers.tasks.run_training.delay", lambda run_id: None)
+    monkeypatch.setattr("webapp.queueing.publish", lambda task, **message: "")
     first = services.run_create(kind="reward_model", config=small_config(tiny_model), data_source=ARITHMETIC,
                                 created_by=researcher, name="first")
     second = services.run_create(kind="reward_model", config=small_config(tiny_model, lr=0.003, seed=7),
@@ -176,7 +176,7 @@ def test_two_runs_are_compared_and_the_diff_shows_exactly_the_differing_keys(pag
 
 def test_a_nan_loss_is_marked_on_the_chart_and_the_failure_is_shown(page, live_server, researcher, tiny_model,
                                                                    monkeypatch):
-    monkeypatch.setattr("workers.tasks.run_training.delay", lambda run_id: None)
+    monkeypatch.setattr("webapp.queueing.publish", lambda task, **message: "")
     run = services.run_create(kind="reward_model", config=small_config(tiny_model, debug_nan_at_step=3),
                               data_source=ARITHMETIC, created_by=researcher, name="diverged")
     services.metric_rows_write(run_id=run.pk, rows=[

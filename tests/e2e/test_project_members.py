@@ -2,12 +2,12 @@
 password the page showed, ranks an item (the Ranking row is checked), then changes that password."""
 
 import pytest
-from django.contrib.auth import authenticate
 from django.contrib.auth.models import User
 
 from tests.e2e.annotating import wait_ranked
 from tests.e2e.conftest import log_in
 from tests.webapp.annotation.factories import make_project
+from tests.webapp.passwords import authenticates_as
 from webapp.accounts.roles import is_annotator
 from webapp.annotation.models import Ranking
 
@@ -52,6 +52,6 @@ def test_researcher_creates_an_annotator_who_logs_in_and_ranks(page, live_server
     page.fill("input[name=new_password2]", "nora-chose-this-one-7")
     page.click("#password-change-form button[type=submit]")
     page.wait_for_selector("text=Password changed")
-    assert authenticate(username="nora", password="nora-chose-this-one-7") == nora
-    assert authenticate(username="nora", password=password) is None
+    assert authenticates_as("nora", "nora-chose-this-one-7") == nora
+    assert authenticates_as("nora", password) is None
     assert page.js_errors == []

@@ -15,7 +15,7 @@ from tests.e2e.annotating import wait_ranked
 from tests.e2e.conftest import log_in
 from tests.webapp.experiments.helpers import run_status, wait_for
 from webapp.annotation import services as annotation_services
-from webapp.annotation.models import PreferencePair, Project, Prompt, Response, SamplingJob
+from webapp.annotation.models import ImportJob, PreferencePair, Project, Prompt, Response, SamplingJob
 from webapp.experiments import services
 from webapp.experiments.models import MetricRow, ModelRef, Run
 
@@ -73,6 +73,8 @@ def test_sample_rank_export_and_train_on_smollm2(
     upload.write_bytes(_chat_jsonl())
     with upload.open("rb") as handle:
         client.post(reverse("annotation:project_import", args=[project.pk]), {"file": handle, "file_format": "auto"})
+    wait_for(lambda: not ImportJob.objects.get(project=project).is_active, timeout_s=60, what="the import job")
+    assert ImportJob.objects.get(project=project).status == ImportJob.Status.SUCCEEDED
     prompts = list(Prompt.objects.filter(project=project).order_by("external_id"))
     assert [prompt.messages[-1]["content"] for prompt in prompts] == list(QUESTIONS)
     assert all([message["role"] for message in prompt.messages] == ["system", "user"] for prompt in prompts)

@@ -85,7 +85,7 @@ def test_cancel_asks_first_and_dismissing_writes_nothing(page, live_server, rese
 
 
 def test_the_queued_message_goes_when_the_run_starts(page, live_server, researcher, tiny_model, monkeypatch):
-    monkeypatch.setattr("workers.tasks.run_training.delay", lambda run_id: None)
+    monkeypatch.setattr("webapp.queueing.publish", lambda task, **message: "")
     log_in(page, live_server, "rita", "rita-password-1")
     page.goto(f"{live_server.url}/runs/new?kind=reward_model")
     _choose_model(page, tiny_model.name)
@@ -137,8 +137,8 @@ def test_the_charts_draw_with_the_vendored_bundle_and_the_legend_clears_the_axis
     assert page.evaluate("window.preflabCharts.points('loss')") == 3 * 40
     assert page.evaluate("window.preflabCharts.nonfinite('loss')") == ["NaN"] * 3
     assert page.evaluate(OVERLAPS_JS) == [["loss", "apart"], ["reward/mean", "apart"]]
-    scripts = page.evaluate("performance.getEntriesByType('resource').map(entry => entry.name)"
-                            ".filter(name => name.includes('plotly'))")
+    scripts = page.evaluate("performance.getEntriesByType('resource').filter(entry => entry.initiatorType"
+                            " === 'script').map(entry => entry.name).filter(name => name.includes('plotly'))")
     assert [name.rsplit("/", 1)[1] for name in scripts] == ["plotly-basic-4.1.1.min.js"]
     # zoom: a drag on the chart asks the server for that range and draws it
     with page.expect_response(lambda response: "x_min=" in response.url):

@@ -1,8 +1,13 @@
 """Docker cannot run here, so check that docker-compose.yml agrees with the settings the code reads."""
 
+import os
 import re
+import secrets
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from webapp.env import database_from_url
@@ -12,8 +17,32 @@ REQUIRED_VARIABLES = {"DATABASE_URL", "CELERY_BROKER_URL", "SECRET_KEY", "DEBUG"
                       "PREFLAB_DATA_DIR", "PREFLAB_MODEL_ROOTS"}
 
 
+# what an operator's .env gives the variables compose requires (`${NAME:?message}`)
+REQUIRED_IN_DOT_ENV = {"SECRET_KEY": secrets.token_urlsafe(50), "POSTGRES_PASSWORD": "0123456789abcdef"}
+COMPOSE_VARIABLE = re.compile(r"\$\{(\w+)(?:(:\?|:-)([^}]*))?\}")
+
+
 def _compose() -> dict:
     return yaml.safe_load((REPO_ROOT / "docker-compose.yml").read_text())
+
+
+def _interpolated(value: str, dot_env: dict[str, str]) -> str:
+    """`value` as compose reads it with `dot_env` as .env: `${NAME:-default}` falls back on its default,
+    `${NAME:?message}` must be given."""
+
+    def resolve(match: re.Match) -> str:
+        name, kind, default = match.groups()
+        if name in dot_env:
+            return dot_env[name]
+        if kind == ":?":
+            raise AssertionError(f"compose would refuse to start: {default}")
+        return default or ""
+
+    return COMPOSE_VARIABLE.sub(resolve, str(value))
+
+
+def _web_environment(dot_env: dict[str, str]) -> dict[str, str]:
+    return {name: _interpolated(value, dot_env) for name, value in _compose()["services"]["web"]["environment"].items()}
 
 
 def _variables_read_by_settings() -> set[str]:
@@ -58,9 +87,50 @@ def test_web_and_workers_get_every_setting_and_only_settings_the_code_reads():
 
 
 def test_the_deployment_urls_point_at_the_compose_services():
-    environment = _compose()["services"]["web"]["environment"]
-    database = database_from_url("DATABASE_URL", environment["DATABASE_URL"].replace("${POSTGRES_PASSWORD:-preflab}", "pw"))
+    environment = _web_environment(REQUIRED_IN_DOT_ENV)
+    database = database_from_url("DATABASE_URL", environment["DATABASE_URL"])
     assert database["ENGINE"] == "django.db.backends.postgresql"
     assert database["HOST"] == "postgres" and database["NAME"] == "preflab"
+    assert database["PASSWORD"] == REQUIRED_IN_DOT_ENV["POSTGRES_PASSWORD"]
     assert environment["CELERY_BROKER_URL"].startswith("redis://redis:6379")
     assert environment["DEBUG"] == "false"
+
+
+def test_compose_refuses_to_start_without_a_postgres_password_or_a_secret_key():
+    text = (REPO_ROOT / "docker-compose.yml").read_text()
+    for name in ("POSTGRES_PASSWORD", "SECRET_KEY"):
+        uses = [match.group(2) for match in COMPOSE_VARIABLE.finditer(text) if match.group(1) == name]
+        assert uses and set(uses) == {":?"}, f"{name} must be required everywhere, found {uses}"
+    assert "POSTGRES_PASSWORD" in _compose()["services"]["postgres"]["environment"]
+    for name in REQUIRED_IN_DOT_ENV:
+        with pytest.raises(AssertionError, match=f"compose would refuse to start: set {name}"):
+            _web_environment({key: value for key, value in REQUIRED_IN_DOT_ENV.items() if key != name})
+
+
+def test_manage_py_check_deploy_is_clean_with_the_compose_environment(tmp_path):
+    environment = _web_environment(REQUIRED_IN_DOT_ENV)
+    # the container's own paths, which exist only in it, are replaced by directories here
+    environment.update(PREFLAB_DATA_DIR=str(tmp_path), PREFLAB_MODEL_ROOTS=str(tmp_path))
+    outside = {name: value for name, value in os.environ.items() if name not in _variables_read_by_settings()}
+    result = subprocess.run([sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
+                            cwd=REPO_ROOT, env={**outside, **environment}, capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "System check identified no issues" in result.stdout
+    assert environment["DEBUG"] == "false" and environment["SECURE_PROXY_SSL_HEADER"] == "HTTP_X_FORWARDED_PROTO"
+
+
+def test_the_web_server_is_reachable_from_this_host_only_for_its_tls_proxy():
+    assert _compose()["services"]["web"]["ports"] == ["127.0.0.1:8000:8000"]
+
+
+def test_the_image_runs_as_an_unprivileged_user_who_owns_the_data_directory():
+    instructions = [line.split(None, 1) for line in (REPO_ROOT / "Dockerfile").read_text().splitlines()
+                    if line.strip() and not line.startswith("#")]
+    users = [argument.strip() for keyword, argument in instructions if keyword == "USER"]
+    assert users and users[-1] not in {"root", "0"} and not users[-1].startswith(("root:", "0:"))
+    last_user = max(index for index, (keyword, _) in enumerate(instructions) if keyword == "USER")
+    assert all(keyword != "RUN" for keyword, _ in instructions[last_user:]), "nothing runs as root after USER"
+    creation = " ".join(argument for keyword, argument in instructions if keyword == "RUN")
+    assert f"useradd --no-log-init --create-home --uid 10001 {users[-1]}" in creation
+    assert f"chown {users[-1]}:{users[-1]} /data" in creation

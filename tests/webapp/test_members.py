@@ -2,11 +2,11 @@
 remove members, reset an annotator's password; annotators change their own password."""
 
 import pytest
-from django.contrib.auth import authenticate
 from django.contrib.auth.models import User
 from django.utils import timezone
 
 from tests.webapp.annotation.factories import make_annotators, make_project
+from tests.webapp.passwords import authenticates_as
 from webapp.accounts.roles import is_annotator
 from webapp.accounts.services import user_create
 from webapp.annotation import services
@@ -28,7 +28,7 @@ def test_a_new_annotator_gets_a_one_time_password_shown_once(researcher_client):
     user = User.objects.get(username="nora")
     assert is_annotator(user) and list(project.members.all()) == [user]
     assert password not in user.password and user.password.startswith(("pbkdf2", "argon2", "bcrypt", "scrypt"))
-    assert authenticate(username="nora", password=password) == user
+    assert authenticates_as("nora", password) == user
     again = researcher_client.get(f"/accounts/projects/{project.pk}/members/").content.decode()
     assert password not in again and "nora" in again
 
@@ -49,7 +49,7 @@ def test_add_and_remove_members_ends_their_leases(researcher_client, annotator):
     researcher_client.post(f"/accounts/projects/{project.pk}/members/{annotator.pk}/remove/")
     assert not project.members.exists()
     assert Assignment.objects.get(pk=lease.pk).expires_at <= timezone.now()  # the item is free for others
-    assert authenticate(username="abel", password="abel-password-1") == annotator  # the account stays
+    assert authenticates_as("abel", "abel-password-1") == annotator  # the account stays
 
 
 def test_a_user_without_a_role_added_as_member_becomes_an_annotator(researcher_client):
@@ -64,12 +64,12 @@ def test_reset_gives_a_new_one_time_password_to_annotators_only(researcher_clien
     project = make_project(items=1, members=[annotator, other_researcher])
     page = researcher_client.post(f"/accounts/projects/{project.pk}/members/{annotator.pk}/password/").content.decode()
     password = _shown_password(page)
-    assert authenticate(username="abel", password=password) == annotator
-    assert authenticate(username="abel", password="abel-password-1") is None
+    assert authenticates_as("abel", password) == annotator
+    assert authenticates_as("abel", "abel-password-1") is None
     refused = researcher_client.post(f"/accounts/projects/{project.pk}/members/{other_researcher.pk}/password/",
                                      follow=True).content.decode()
     assert "only an admin can reset that password" in refused
-    assert authenticate(username="ruth", password="ruth-password-1") == other_researcher
+    assert authenticates_as("ruth", "ruth-password-1") == other_researcher
 
 
 def test_annotators_change_their_own_password_from_the_header(annotator_client, annotator):
@@ -79,7 +79,7 @@ def test_annotators_change_their_own_password_from_the_header(annotator_client, 
         "old_password": "abel-password-1", "new_password1": "a-much-better-one-42", "new_password2": "a-much-better-one-42",
     })
     assert response.status_code == 302 and response["Location"] == "/accounts/password/done/"
-    assert authenticate(username="abel", password="a-much-better-one-42") == annotator
+    assert authenticates_as("abel", "a-much-better-one-42") == annotator
 
 
 def test_annotators_cannot_manage_members(annotator_client, annotator):

@@ -6,6 +6,7 @@ from webapp.annotation.models import Project
 from webapp.annotation.preferences import STRATEGIES
 from webapp.experiments.models import ModelRef
 from webapp.experiments.selectors import models_offered
+from webapp.uploads import limit_text
 
 
 class ProjectForm(forms.ModelForm):
@@ -52,6 +53,10 @@ class ImportForm(forms.Form):
     file_format = forms.ChoiceField(
         choices=[("auto", "from the file name"), *((name, name.upper()) for name in FORMATS)], initial="auto"
     )
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["file"].help_text += f" At most {limit_text()}."
 
 
 class SamplingForm(forms.Form):

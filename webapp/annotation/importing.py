@@ -17,26 +17,38 @@ response_1, response_2, ... may replace `responses`.
 Every row is checked before anything is written; the first bad one raises ImportFileError naming the line
 and the field. An empty (or whitespace-only) prompt, response, chosen or rejected is refused: it carries no
 preference. Without an id, a row's id is a hash of its content, so importing a file twice adds nothing.
+
+`iter_import` reads a file a line at a time (an import job's file may be as large as the upload limit), so
+memory holds one row, and a line longer than IMPORT_LINE_MAX_BYTES is refused; it cannot see an id repeated
+far apart in the file without keeping every id, which services.prompts_import finds instead as it writes.
+`parse_import` reads bytes already in memory and checks repeated ids itself.
 """
 
 import csv
 import hashlib
 import io
 import json
+import math
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, BinaryIO
 
 from trainer.chat import ChatFormatError, is_conversation, normalize_record
-from trainer.jsonl import JsonlError, numbered_jsonl
-from webapp.text import is_blank
+from trainer.jsonl import JsonlError, UnreadableLine, numbered_jsonl_lines, text_lines
+from webapp.text import is_blank, whole_number
 
 FORMATS = ("jsonl", "csv")
 # Python's csv module stops at 131,072 characters a cell by default; a long-context prompt may hold more.
 CSV_CELL_MAX_CHARS = 16 * 2**20
 csv.field_size_limit(CSV_CELL_MAX_CHARS)
+# One JSONL line (or one physical CSV line) at most: what a single row may make an import hold in memory.
+IMPORT_LINE_MAX_BYTES = 64 * 2**20
 LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+# Metadata this deep is no one's data; Python's own limit on nesting is about 1,000.
+MAX_NESTING = 64
+FIELD_MAX_CHARS = 200
 _KNOWN_FIELDS = {"id", "external_id", "prompt", "messages", "responses", "chosen", "rejected", "answer",
                  "reference_answer", "metadata"}
 _ROLES = {"system", "user", "assistant", "tool"}
@@ -45,8 +57,9 @@ _ROLES = {"system", "user", "assistant", "tool"}
 class ImportFileError(ValueError):
     def __init__(self, line: int, field_name: str, problem: str) -> None:
         self.line = line
-        self.field = field_name
-        super().__init__(f"line {line}, field '{field_name}': {problem}")
+        # a field named after a key of the file can be as long as a line
+        self.field = field_name if len(field_name) <= FIELD_MAX_CHARS else field_name[: FIELD_MAX_CHARS - 1] + "…"
+        super().__init__(f"line {line}, field '{self.field}': {problem}")
 
 
 @dataclass(frozen=True)
@@ -75,56 +88,118 @@ def format_from_name(filename: str) -> str:
     raise ImportFileError(0, "file", f"cannot tell the format of {filename!r}: name it .jsonl or .csv")
 
 
-def parse_import(data: bytes, *, file_format: str) -> list[ImportRecord]:
-    """All records of a file, or ImportFileError for the first bad line."""
+def iter_import(stream: BinaryIO, *, file_format: str) -> Iterator[ImportRecord]:
+    """Each record of a file as it is read, or ImportFileError for the first bad line (ids are not checked for
+    repeats: see the module's docstring)."""
     if file_format not in FORMATS:
         raise ImportFileError(0, "file", f"unknown format {file_format!r}; use one of {', '.join(FORMATS)}")
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as error:
-        line = data[: error.start].count(b"\n") + 1
-        raise ImportFileError(line, "file", "the file is not UTF-8 text") from None
-    rows = _jsonl_rows(text) if file_format == "jsonl" else _csv_rows(text)
+    rows = _jsonl_rows(stream) if file_format == "jsonl" else _csv_rows(stream)
+    for line, row in rows:
+        _refuse_unstorable(line, row)
+        yield _record(line, row)
+
+
+def parse_import(data: bytes, *, file_format: str) -> list[ImportRecord]:
+    """All records of a file, or ImportFileError for the first bad line (an id seen twice included)."""
     records: list[ImportRecord] = []
     seen: dict[str, int] = {}
-    for line, row in rows:
-        _refuse_nul(line, row)
-        record = _record(line, row)
+    for record in iter_import(io.BytesIO(data), file_format=file_format):
         if record.external_id in seen:
-            raise ImportFileError(line, "id", f"{record.external_id!r} already appears on line {seen[record.external_id]}")
-        seen[record.external_id] = line
+            raise repeated_id(record, seen[record.external_id])
+        seen[record.external_id] = record.line
         records.append(record)
     if not records:
-        raise ImportFileError(0, "file", "the file holds no rows")
+        raise no_rows()
     return records
 
 
-def _refuse_nul(line: int, value: object, field_name: str = "") -> None:
+def repeated_id(record: ImportRecord, first_line: int) -> ImportFileError:
+    return ImportFileError(record.line, "id", f"{record.external_id!r} already appears on line {first_line}")
+
+
+class IdRepeatedInFile(ImportFileError):
+    """An id met again far from where it first appears, found by services.prompts_import as it writes; where it
+    first appears is found by reading the file again (`naming_first_line`)."""
+
+    def __init__(self, record: ImportRecord) -> None:
+        super().__init__(record.line, "id", f"{record.external_id!r} already appears earlier in the file")
+        self.record = record
+
+
+def naming_first_line(error: IdRepeatedInFile, path: Path, *, file_format: str) -> ImportFileError:
+    with path.open("rb") as stream:
+        first = first_line_of_id(stream, file_format=file_format, external_id=error.record.external_id)
+    return repeated_id(error.record, first)
+
+
+def count_checked_rows(stream: BinaryIO, *, file_format: str, progress: Callable[[int], None] | None = None) -> int:
+    """How many rows a file holds, each read and checked (ImportFileError for the first bad one, or for none);
+    `progress` is called with the count so far after each row."""
+    rows = 0
+    for rows, _ in enumerate(iter_import(stream, file_format=file_format), start=1):
+        if progress is not None:
+            progress(rows)
+    if not rows:
+        raise no_rows()
+    return rows
+
+
+def no_rows() -> ImportFileError:
+    return ImportFileError(0, "file", "the file holds no rows")
+
+
+def first_line_of_id(stream: BinaryIO, *, file_format: str, external_id: str) -> int:
+    """The line where `external_id` first appears in a file already read once without error (0 if it does not)."""
+    return next((record.line for record in iter_import(stream, file_format=file_format)
+                 if record.external_id == external_id), 0)
+
+
+def _refuse_unstorable(line: int, value: object, field_name: str = "", depth: int = 0) -> None:
     """Postgres cannot store the NUL character in text or jsonb, nor half of a UTF-16 surrogate pair (JSON's
-    "\\ud800" alone): name the field that holds one."""
+    "\\ud800" alone), and JSON has no NaN or Infinity (Python's reader takes them, and 1e999): name the field
+    that holds one. Nesting is bounded too, well below what json.loads and the database's JSON parser take."""
+    if depth > MAX_NESTING:
+        raise ImportFileError(line, field_name, f"is nested more than {MAX_NESTING} levels deep")
     if isinstance(value, str):
         if "\x00" in value:
             raise ImportFileError(line, field_name, "contains a NUL character (\\u0000), which cannot be stored")
         if LONE_SURROGATE.search(value):
             raise ImportFileError(line, field_name, "contains a lone UTF-16 surrogate (such as \\ud800), which is not text")
+    elif isinstance(value, float) and not math.isfinite(value):
+        raise ImportFileError(line, field_name, f"is {value}, which JSON cannot hold: give a finite number")
     elif isinstance(value, dict):
         for key, item in value.items():
-            _refuse_nul(line, key, field_name or "key")
-            _refuse_nul(line, item, f"{field_name}.{key}" if field_name else str(key))
+            _refuse_unstorable(line, key, field_name or "key", depth + 1)
+            name = _key_name(key)
+            _refuse_unstorable(line, item, f"{field_name}.{name}" if field_name else name, depth + 1)
     elif isinstance(value, list):
         for index, item in enumerate(value):
-            _refuse_nul(line, item, f"{field_name}[{index}]")
+            _refuse_unstorable(line, item, f"{field_name}[{index}]", depth + 1)
 
 
-def _jsonl_rows(text: str) -> Iterator[tuple[int, dict]]:
+def _key_name(key: str) -> str:
+    if not key.strip():
+        return "(a key or column with no name)"
+    return key if len(key) <= 60 else f"{key[:40]}… ({len(key):,} characters)"
+
+
+def _numbered_lines(stream: BinaryIO) -> Iterator[tuple[int, str]]:
     try:
-        yield from numbered_jsonl(text, name="the file")
+        yield from text_lines(stream, name="the file", max_line_bytes=IMPORT_LINE_MAX_BYTES)
+    except UnreadableLine as error:
+        raise ImportFileError(error.line, "file", error.problem) from None
+
+
+def _jsonl_rows(stream: BinaryIO) -> Iterator[tuple[int, dict]]:
+    try:
+        yield from numbered_jsonl_lines(_numbered_lines(stream), name="the file")
     except JsonlError as error:
         raise ImportFileError(error.line, "json", error.problem) from None
 
 
-def _csv_rows(text: str) -> Iterator[tuple[int, dict]]:
-    reader = csv.DictReader(io.StringIO(text, newline=""))
+def _csv_rows(stream: BinaryIO) -> Iterator[tuple[int, dict]]:
+    # one physical line at a time, so the reader's line_num counts lines of the file
+    reader = csv.DictReader(text for _, text in _numbered_lines(stream))
     try:
         if not reader.fieldnames:
             raise ImportFileError(1, "header", "the CSV file has no header row")
@@ -135,7 +210,11 @@ def _csv_rows(text: str) -> Iterator[tuple[int, dict]]:
             yield line, _csv_row_to_object(line, row)
     except csv.Error as error:
         # the reader fails on the line after the last one it counted (a cell over CSV_CELL_MAX_CHARS, a NUL)
-        raise ImportFileError(reader.line_num + 1, "row", f"not readable as CSV ({error})") from None
+        problem = f"not readable as CSV ({error})"
+        if "new-line character seen in unquoted field" in str(error):
+            problem = ("a line ends in a bare carriage return (\\r, an old Mac line end): save the file with "
+                       "\\n or \\r\\n line ends")
+        raise ImportFileError(reader.line_num + 1, "row", problem) from None
 
 
 def _csv_row_to_object(line: int, row: dict[str, str | None]) -> dict:
@@ -146,6 +225,8 @@ def _csv_row_to_object(line: int, row: dict[str, str | None]) -> dict:
                 values[name] = json.loads(values[name])
             except json.JSONDecodeError as error:
                 raise ImportFileError(line, name, f"the cell must hold JSON ({error.msg})") from None
+            except (ValueError, RecursionError) as error:  # an integer of thousands of digits, deep nesting
+                raise ImportFileError(line, name, f"the cell must hold JSON Python can read ({error})") from None
     numbered = sorted((key for key in values if key.startswith("response_")), key=_response_column_number)
     if numbered:
         if "responses" in values:
@@ -155,8 +236,8 @@ def _csv_row_to_object(line: int, row: dict[str, str | None]) -> dict:
 
 
 def _response_column_number(name: str) -> int:
-    suffix = name.removeprefix("response_")
-    return int(suffix) if suffix.isdigit() else 10**9
+    number = whole_number(name.removeprefix("response_"))
+    return 10**9 if number is None else number
 
 
 def _record(line: int, row: dict) -> ImportRecord:
@@ -290,7 +371,7 @@ def _messages(line: int, name: str, value: object) -> list[dict]:
         where = f"{name}[{index}]"
         if not isinstance(message, dict) or "role" not in message or "content" not in message:
             raise ImportFileError(line, where, "each message needs a role and a content")
-        if message["role"] not in _ROLES:
+        if not isinstance(message["role"], str) or message["role"] not in _ROLES:
             raise ImportFileError(line, f"{where}.role", f"unknown role {message['role']!r}")
         if not isinstance(message["content"], str):
             raise ImportFileError(line, f"{where}.content", "must be a string")

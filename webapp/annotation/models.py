@@ -8,6 +8,8 @@ filters on these columns instead.
 from django.conf import settings
 from django.db import models
 
+from webapp.text import counted
+
 
 class Project(models.Model):
     class Mode(models.TextChoices):
@@ -178,3 +180,63 @@ class SamplingJob(models.Model):
     @property
     def percent(self) -> int:
         return round(100 * self.progress_done / self.progress_total) if self.progress_total else 0
+
+
+class ImportJob(models.Model):
+    """An uploaded import file and the job that imports it on the default queue (workers/importing.py): every
+    row is read and checked first, with progress, then all are written in one transaction. The kept upload is
+    removed when the job ends."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued", "Queued"
+        RUNNING = "running", "Running"
+        SUCCEEDED = "succeeded", "Succeeded"
+        FAILED = "failed", "Failed"
+
+    class Stage(models.TextChoices):
+        CHECKING = "checking", "Checking rows"
+        WRITING = "writing", "Writing"
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="import_jobs")
+    file_name = models.CharField(max_length=255, help_text="As uploaded.")
+    file_format = models.CharField(max_length=8)
+    upload_path = models.CharField(max_length=500)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
+    stage = models.CharField(max_length=16, choices=Stage.choices, blank=True)
+    bytes_total = models.PositiveBigIntegerField(default=0)
+    bytes_done = models.PositiveBigIntegerField(default=0)
+    rows_checked = models.PositiveIntegerField(default=0)
+    created_count = models.PositiveIntegerField(default=0, help_text="Prompts added.")
+    already_present = models.PositiveIntegerField(default=0, help_text="Rows whose id the project holds already.")
+    responses_count = models.PositiveIntegerField(default=0)
+    pairs_count = models.PositiveIntegerField(default=0)
+    error = models.TextField(blank=True)
+    # where a refused file is at fault: 0 for the file as a whole, None when the job failed for another reason
+    error_line = models.PositiveIntegerField(null=True, blank=True)
+    error_field = models.CharField(max_length=200, blank=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    # the reconcile's clocks, as for sampling jobs: when it was put on the queue, the worker's last sign of life
+    queued_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"import job {self.pk} ({self.status})"
+
+    @property
+    def is_active(self) -> bool:
+        return self.status in (self.Status.QUEUED, self.Status.RUNNING)
+
+    @property
+    def outcome(self) -> str:
+        """What a finished job did, in words."""
+        if self.status == self.Status.FAILED:
+            return f"Nothing was imported from {self.file_name}: {self.error}"
+        return (f"Imported {counted(self.created_count, 'prompt')} ({counted(self.responses_count, 'response')}, "
+                f"{counted(self.pairs_count, 'preference pair')}) from {self.file_name}; {self.already_present} "
+                "were already in the project.")

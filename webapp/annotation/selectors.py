@@ -15,6 +15,7 @@ from webapp.accounts.roles import is_researcher
 from webapp.annotation import agreement
 from webapp.annotation.models import (
     Assignment,
+    ImportJob,
     PreferencePair,
     Project,
     Prompt,
@@ -511,3 +512,11 @@ def item_detail(*, prompt: Prompt) -> ItemDetail:
             agreement.best_answer(ranking.tiers, all_bad=ranking.all_bad) for ranking in rankings if not ranking.skipped
         ),
     )
+
+
+IMPORT_JOBS_SHOWN = 5
+
+
+def import_jobs(project: Project) -> list[ImportJob]:
+    """The project's latest import jobs, newest first."""
+    return list(ImportJob.objects.filter(project=project).order_by("-created_at", "-pk")[:IMPORT_JOBS_SHOWN])

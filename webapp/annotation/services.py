@@ -10,20 +10,25 @@ A write the rules refuse raises Django's ValidationError, whose message is shown
 """
 
 import logging
-from collections.abc import Callable, Sequence
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
+from pathlib import Path
 
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
-from django.db import transaction
-from django.db.models import Count, F, IntegerField, OuterRef, Subquery, Value
+from django.core.files.uploadedfile import UploadedFile
+from django.db import connection, models, transaction
+from django.db.models import Count, F, IntegerField, Max, OuterRef, Subquery, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from webapp.annotation.importing import ImportRecord
+from webapp.annotation.importing import IdRepeatedInFile, ImportFileError, ImportRecord, repeated_id
 from webapp.annotation.models import (
     Assignment,
+    ImportJob,
     PreferencePair,
     Project,
     Prompt,
@@ -35,7 +40,9 @@ from webapp.annotation.preferences import pairs_from_tiers, tiers_without
 from webapp.annotation.selectors import blank_response_ids, responses_shown
 from webapp.experiments.models import ModelRef
 from webapp.experiments.services import model_resolve
+from webapp.queueing import publish, publish_on_commit, rows_with_messages
 from webapp.text import counted, storable_text
+from webapp.uploads import upload_keep
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +52,8 @@ RATIONALE_MAX_CHARS = 10_000
 
 _LEASE_ATTEMPTS = 20
 IMPORT_CHUNK = 500
+# A batch also ends at this much text, so that a file of very long rows holds few of them in memory at once.
+IMPORT_CHUNK_CHARS = 8 * 2**20
 
 
 # Projects ---------------------------------------------------------------------------------------------------
@@ -100,30 +109,65 @@ class ImportSummary:
 
 
 def prompts_import(
-    *, project: Project, records: Sequence[ImportRecord], progress: Callable[[int], None] | None = None
+    *, project: Project, records: Iterable[ImportRecord], progress: Callable[[int], None] | None = None
 ) -> ImportSummary:
-    """Write parsed records in one transaction; rows whose external id exists already are left alone."""
+    """Write records in one transaction, a batch at a time, so that memory holds one batch however many there are;
+    rows whose external id the project holds already are left alone. An id repeated in `records` (which
+    importing.iter_import cannot see) raises IdRepeatedInFile, and nothing is written. `progress` is called with
+    the number of records of each batch written."""
+    created = present = responses = pairs = 0
     with transaction.atomic():
         # One import of a project at a time: a second one (the same file from another researcher) waits, then
         # finds the rows present instead of failing on the unique external ids.
         Project.objects.select_for_update().filter(pk=project.pk).first()
-        existing = set(
-            Prompt.objects.filter(project=project, external_id__in=[r.external_id for r in records]).values_list(
-                "external_id", flat=True
-            )
-        )
-        fresh = [record for record in records if record.external_id not in existing]
-        responses = pairs = 0
-        for start in range(0, len(fresh), IMPORT_CHUNK):
-            chunk = fresh[start : start + IMPORT_CHUNK]
-            added_responses, added_pairs = _import_chunk(project, chunk)
+        # a prompt of the project above this id is one this import wrote: meeting its id again is a repeat
+        written_after = Prompt.objects.filter(project=project).aggregate(last=Max("pk"))["last"] or 0
+        for batch in _import_batches(records):
+            fresh = _fresh_records(project, batch, written_after)
+            added_responses, added_pairs = _import_chunk(project, fresh)
+            created += len(fresh)
+            present += len(batch) - len(fresh)
             responses += added_responses
             pairs += added_pairs
             if progress is not None:
-                progress(len(chunk))
-        if progress is not None and len(fresh) < len(records):
-            progress(len(records) - len(fresh))
-    return ImportSummary(len(fresh), len(records) - len(fresh), responses, pairs)
+                progress(len(batch))
+    return ImportSummary(created, present, responses, pairs)
+
+
+def _import_batches(records: Iterable[ImportRecord]) -> Iterator[list[ImportRecord]]:
+    batch: list[ImportRecord] = []
+    chars = 0
+    for record in records:
+        batch.append(record)
+        chars += _record_chars(record)
+        if len(batch) >= IMPORT_CHUNK or chars >= IMPORT_CHUNK_CHARS:
+            yield batch
+            batch, chars = [], 0
+    if batch:
+        yield batch
+
+
+def _record_chars(record: ImportRecord) -> int:
+    answers = (record.chosen, record.rejected) if record.is_pair else record.responses
+    metadata = len(str(record.metadata)) if record.metadata else 0
+    return len(record.text) + sum(len(text) for text in answers) + metadata
+
+
+def _fresh_records(project: Project, batch: list[ImportRecord], written_after: int) -> list[ImportRecord]:
+    """The batch's records whose id is new to the project; an id repeated in the batch, or one this import
+    has written already, is refused."""
+    first_lines: dict[str, int] = {}
+    for record in batch:
+        if record.external_id in first_lines:
+            raise repeated_id(record, first_lines[record.external_id])
+        first_lines[record.external_id] = record.line
+    stored = dict(
+        Prompt.objects.filter(project=project, external_id__in=first_lines).values_list("external_id", "pk")
+    )
+    for record in batch:
+        if stored.get(record.external_id, 0) > written_after:
+            raise IdRepeatedInFile(record)
+    return [record for record in batch if record.external_id not in stored]
 
 
 def _import_chunk(project: Project, records: Sequence[ImportRecord]) -> tuple[int, int]:
@@ -160,6 +204,128 @@ def _import_chunk(project: Project, records: Sequence[ImportRecord]) -> tuple[in
     ]
     PreferencePair.objects.bulk_create(pairs)
     return len(responses), len(pairs)
+
+
+# Import jobs ------------------------------------------------------------------------------------------------
+
+ImportStatus = ImportJob.Status
+# The page shows the first part of a very long error (a field name holding a whole metadata key, say).
+IMPORT_ERROR_MAX_CHARS = 2_000
+
+
+def import_job_create(
+    *, project: Project, upload: UploadedFile, file_format: str, created_by: AbstractBaseUser
+) -> ImportJob:
+    """Keep the upload under the data directory and queue a job to import it once committed; if the job cannot be
+    stored, the kept file goes."""
+    path = settings.DATA_DIR / "uploads" / "imports" / f"{uuid.uuid4().hex}.{file_format}"
+    upload_keep(upload, path)
+    try:
+        with transaction.atomic():
+            job = ImportJob.objects.create(
+                project=project, file_name=storable_text(upload.name or "upload")[:255], file_format=file_format,
+                upload_path=str(path), bytes_total=upload.size or 0, created_by=created_by, queued_at=timezone.now(),
+            )
+            job_id = job.pk
+            # a job the broker cannot take is removed (its file below): QueueUnavailable says why
+            publish_on_commit(_import_task(), kind=IMPORT_MESSAGE_KIND, object_id=job_id, on_failure=lambda reason:
+                              ImportJob.objects.filter(pk=job_id, status=ImportStatus.QUEUED).delete())
+    except BaseException:
+        path.unlink(missing_ok=True)
+        raise
+    return job
+
+
+IMPORT_MESSAGE_KIND = "import"
+SQLITE_WRITE_STAGE_TIMEOUT = timedelta(minutes=30)
+
+
+def _import_task():
+    from workers.tasks import import_prompts
+
+    return import_prompts
+
+
+def import_job_heartbeat(*, job_id: int) -> None:
+    ImportJob.objects.filter(pk=job_id, status=ImportStatus.RUNNING).update(heartbeat_at=timezone.now())
+
+
+def import_jobs_fail_stale(*, now: datetime | None = None) -> list[int]:
+    """Fail every running import whose worker stopped sending heartbeats: nothing of it was written (an import is
+    one transaction), and its kept file goes."""
+    now = now or timezone.now()
+    limit = now - timedelta(seconds=settings.PREFLAB_HEARTBEAT_TIMEOUT_S)
+    stale = ImportJob.objects.filter(status=ImportStatus.RUNNING, heartbeat_at__lt=limit)
+    if connection.vendor == "sqlite":
+        # SQLite has one writer: while the import's transaction writes, its heartbeat cannot, so the write stage
+        # gets a longer bound there (on Postgres the heartbeat goes on beside the transaction)
+        stale = stale.exclude(stage=ImportJob.Stage.WRITING, heartbeat_at__gte=now - SQLITE_WRITE_STAGE_TIMEOUT)
+    failed = []
+    for job in stale:
+        last = job.heartbeat_at.isoformat(timespec="seconds")
+        import_job_fail(job_id=job.pk, error=f"the worker stopped sending heartbeats (last at {last}); nothing was "
+                                             f"imported (an import is all or nothing): upload {job.file_name} again")
+        failed.append(job.pk)
+    return failed
+
+
+def import_jobs_requeue_lost(*, message_ids: set[str], now: datetime | None = None) -> list[int]:
+    """Publish again every import queued for longer than PREFLAB_REQUEUE_AFTER_S whose message is gone."""
+    limit = (now or timezone.now()) - timedelta(seconds=settings.PREFLAB_REQUEUE_AFTER_S)
+    waiting = rows_with_messages(message_ids, IMPORT_MESSAGE_KIND)
+    lost = ImportJob.objects.filter(status=ImportStatus.QUEUED, queued_at__lt=limit).exclude(pk__in=waiting)
+    return [_requeue(_import_task(), IMPORT_MESSAGE_KIND, ImportJob, job_id) for job_id in lost.values_list("pk", flat=True)]
+
+
+def _requeue(task, kind: str, model: type[models.Model], row_id: int) -> int:
+    publish(task, kind=kind, object_id=row_id)
+    model.objects.filter(pk=row_id).update(queued_at=timezone.now())
+    logger.warning("%s job %s was queued but its message was gone from the broker: queued again", kind, row_id)
+    return row_id
+
+
+def import_job_start(*, job_id: int) -> bool:
+    """Claim a queued import job for this worker; False, and nothing written, if it is not queued any more."""
+    now = timezone.now()
+    claimed = ImportJob.objects.filter(pk=job_id, status=ImportStatus.QUEUED).update(
+        status=ImportStatus.RUNNING, stage=ImportJob.Stage.CHECKING, started_at=now, heartbeat_at=now
+    )
+    if not claimed:
+        logger.info("import job %s is not queued any more; nothing to do", job_id)
+    return bool(claimed)
+
+
+def import_job_progress(*, job_id: int, bytes_done: int, rows_checked: int) -> None:
+    ImportJob.objects.filter(pk=job_id).update(bytes_done=bytes_done, rows_checked=rows_checked)
+
+
+def import_job_writing(*, job_id: int, rows_checked: int) -> None:
+    ImportJob.objects.filter(pk=job_id).update(
+        stage=ImportJob.Stage.WRITING, rows_checked=rows_checked, bytes_done=F("bytes_total")
+    )
+
+
+def import_job_succeed(*, job_id: int, summary: ImportSummary) -> None:
+    _import_job_end(job_id, status=ImportStatus.SUCCEEDED, created_count=summary.created,
+                    already_present=summary.already_present, responses_count=summary.responses,
+                    pairs_count=summary.pairs)
+
+
+def import_job_fail(*, job_id: int, error: ImportFileError | str) -> None:
+    """Fail the job with a refusal of the file (naming its line and field) or another reason."""
+    where = {"error_line": error.line, "error_field": error.field[:200]} if isinstance(error, ImportFileError) else {}
+    _import_job_end(job_id, status=ImportStatus.FAILED, error=storable_text(str(error))[:IMPORT_ERROR_MAX_CHARS],
+                    **where)
+
+
+def _import_job_end(job_id: int, **fields: object) -> None:
+    """Record how the job ended and remove the kept upload, which nothing reads any more."""
+    ImportJob.objects.filter(pk=job_id, status__in=(ImportStatus.QUEUED, ImportStatus.RUNNING)).update(
+        stage="", finished_at=timezone.now(), **fields
+    )
+    path = ImportJob.objects.filter(pk=job_id).values_list("upload_path", flat=True).first()
+    if path:
+        Path(path).unlink(missing_ok=True)
 
 
 def responses_add(*, prompt_id: int, texts: Sequence[str], source: str, source_detail: dict) -> list[Response]:
@@ -279,6 +445,8 @@ def ranking_submit(
         raise ValidationError(
             f"rationale: {len(rationale):,} characters; at most {RATIONALE_MAX_CHARS:,} are kept. Shorten it and submit again."
         )
+    if "\x00" in rationale:  # pasted binary: Postgres text cannot hold it
+        raise ValidationError("rationale: holds a NUL character (\\u0000), which cannot be stored; remove it and submit again")
     with transaction.atomic():
         assignment, prompt = _locked_assignment(assignment_id, annotator)
         existing = Ranking.objects.filter(prompt=prompt, annotator=annotator).first()
@@ -400,25 +568,38 @@ def model_path_check(path: str) -> str:
     return resolved.path
 
 
+SAMPLING_MESSAGE_KIND = "sampling"
+SamplingStatus = SamplingJob.Status
+_ACTIVE = (SamplingStatus.QUEUED, SamplingStatus.RUNNING)
+
+
 def sampling_job_create(
     *, project: Project, model_path: str, generation_settings: dict, created_by: AbstractBaseUser
 ) -> SamplingJob:
-    job = SamplingJob.objects.create(
-        project=project,
-        model_path=model_path_check(model_path),
-        generation_settings=generation_settings,
-        created_by=created_by,
-    )
-    from workers.tasks import sample_responses as sample_responses_task
-
-    transaction.on_commit(lambda: sample_responses_task.delay(job.pk))
+    """Store the job and queue it once committed; a job the broker cannot take is removed and QueueUnavailable
+    (a ValidationError) says why."""
+    path = model_path_check(model_path)
+    with transaction.atomic():
+        job = SamplingJob.objects.create(project=project, model_path=path, generation_settings=generation_settings,
+                                         created_by=created_by, queued_at=timezone.now())
+        job_id = job.pk
+        _sampling_job_publish(job_id, on_failure=lambda reason: SamplingJob.objects.filter(
+            pk=job_id, status=SamplingStatus.QUEUED).delete())
     return job
 
 
+def _sampling_job_publish(job_id: int, *, on_failure: Callable[[str], None]) -> None:
+    from workers.tasks import sample_responses as sample_responses_task
+
+    publish_on_commit(sample_responses_task, kind=SAMPLING_MESSAGE_KIND, object_id=job_id, on_failure=on_failure)
+
+
 def sampling_job_start(*, job_id: int) -> bool:
-    """Claim a queued sampling job for this worker; False, and nothing written, if it is not queued any more."""
-    claimed = SamplingJob.objects.filter(pk=job_id, status=SamplingJob.Status.QUEUED).update(
-        status=SamplingJob.Status.RUNNING
+    """Claim a queued sampling job for this worker; False, and nothing written, if it is not queued any more (a
+    canceled job, or a second message for it)."""
+    now = timezone.now()
+    claimed = SamplingJob.objects.filter(pk=job_id, status=SamplingStatus.QUEUED).update(
+        status=SamplingStatus.RUNNING, started_at=now, heartbeat_at=now
     )
     if not claimed:
         logger.info("sampling job %s is not queued any more; nothing to do", job_id)
@@ -427,14 +608,82 @@ def sampling_job_start(*, job_id: int) -> bool:
 
 def sampling_job_progress(*, job_id: int, done: int, total: int | None = None) -> None:
     fields = {"progress_done": done} if total is None else {"progress_done": done, "progress_total": total}
-    SamplingJob.objects.filter(pk=job_id).update(**fields)
+    SamplingJob.objects.filter(pk=job_id).update(**fields, heartbeat_at=timezone.now())
 
 
-def sampling_job_fail(*, job_id: int, error: str) -> None:
-    SamplingJob.objects.filter(pk=job_id).update(
-        status=SamplingJob.Status.FAILED, error=storable_text(error), finished_at=timezone.now()
+def sampling_job_heartbeat(*, job_id: int) -> None:
+    SamplingJob.objects.filter(pk=job_id, status=SamplingStatus.RUNNING).update(heartbeat_at=timezone.now())
+
+
+def sampling_job_should_stop(*, job_id: int) -> bool:
+    """Between batches: stop if a cancel was asked, or if the job is no longer running (the stale check failed it)."""
+    status, cancel = SamplingJob.objects.filter(pk=job_id).values_list("status", "cancel_requested").get()
+    return cancel or status != SamplingStatus.RUNNING
+
+
+def sampling_job_fail(*, job_id: int, error: str) -> bool:
+    return bool(SamplingJob.objects.filter(pk=job_id, status__in=_ACTIVE).update(
+        status=SamplingStatus.FAILED, error=storable_text(error), finished_at=timezone.now()
+    ))
+
+
+def sampling_job_succeed(*, job_id: int) -> bool:
+    return bool(SamplingJob.objects.filter(pk=job_id, status=SamplingStatus.RUNNING).update(
+        status=SamplingStatus.SUCCEEDED, finished_at=timezone.now()
+    ))
+
+
+def sampling_job_stopped(*, job_id: int) -> None:
+    """The worker stopped between batches on a cancel: what it wrote stays."""
+    SamplingJob.objects.filter(pk=job_id, status=SamplingStatus.RUNNING).update(
+        status=SamplingStatus.CANCELED, finished_at=timezone.now()
     )
 
 
-def sampling_job_succeed(*, job_id: int) -> None:
-    SamplingJob.objects.filter(pk=job_id).update(status=SamplingJob.Status.SUCCEEDED, finished_at=timezone.now())
+def sampling_job_cancel(*, job_id: int) -> None:
+    """A queued job is canceled at once; a running one stops after its current batch."""
+    if SamplingJob.objects.filter(pk=job_id, status=SamplingStatus.QUEUED).update(
+        status=SamplingStatus.CANCELED, cancel_requested=True, finished_at=timezone.now()
+    ):
+        return
+    SamplingJob.objects.filter(pk=job_id, status=SamplingStatus.RUNNING).update(cancel_requested=True)
+
+
+def sampling_job_resume(*, job_id: int) -> None:
+    """Queue a failed or canceled job again: it fills only the prompts still short of responses, so nothing is
+    sampled twice. QueueUnavailable (a ValidationError) if the broker cannot take it; the job then stays failed."""
+    with transaction.atomic():
+        resumed = SamplingJob.objects.filter(
+            pk=job_id, status__in=(SamplingStatus.FAILED, SamplingStatus.CANCELED)
+        ).update(status=SamplingStatus.QUEUED, error="", cancel_requested=False, finished_at=None,
+                 heartbeat_at=None, queued_at=timezone.now())
+        if not resumed:
+            raise ValidationError(f"sampling job {job_id} is not failed or canceled; only those can be resumed")
+        _sampling_job_publish(job_id, on_failure=lambda reason: sampling_job_fail(
+            job_id=job_id, error=f"could not be queued: {reason}"))
+
+
+def sampling_jobs_fail_stale(*, now: datetime | None = None) -> list[int]:
+    """Fail every running sampling job whose worker stopped sending heartbeats (killed or lost), saying how far it
+    got; the responses it stored stay, and resuming fills the rest."""
+    limit = (now or timezone.now()) - timedelta(seconds=settings.PREFLAB_HEARTBEAT_TIMEOUT_S)
+    failed = []
+    for job in SamplingJob.objects.filter(status=SamplingStatus.RUNNING, heartbeat_at__lt=limit):
+        last = job.heartbeat_at.isoformat(timespec="seconds")
+        message = (f"the worker stopped sending heartbeats (last at {last}) after {job.progress_done} of "
+                   f"{job.progress_total} prompts; resume the job to fill the rest")
+        if sampling_job_fail(job_id=job.pk, error=message):
+            failed.append(job.pk)
+    return failed
+
+
+def sampling_jobs_requeue_lost(*, message_ids: set[str], now: datetime | None = None) -> list[int]:
+    """Publish again every job queued for longer than PREFLAB_REQUEUE_AFTER_S whose message the broker no longer
+    holds (a broker restarted without persistence); returns their ids."""
+    from workers.tasks import sample_responses as sample_responses_task
+
+    limit = (now or timezone.now()) - timedelta(seconds=settings.PREFLAB_REQUEUE_AFTER_S)
+    waiting = rows_with_messages(message_ids, SAMPLING_MESSAGE_KIND)
+    lost = SamplingJob.objects.filter(status=SamplingStatus.QUEUED, queued_at__lt=limit).exclude(pk__in=waiting)
+    return [_requeue(sample_responses_task, SAMPLING_MESSAGE_KIND, SamplingJob, job_id)
+            for job_id in lost.values_list("pk", flat=True)]

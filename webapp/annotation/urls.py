@@ -15,10 +15,13 @@ urlpatterns = [
     path("projects/<int:project_id>/", views.project_detail, name="project_detail"),
     path("projects/<int:project_id>/edit/", views.project_edit, name="project_edit"),
     path("projects/<int:project_id>/import/", views.project_import, name="project_import"),
+    path("imports/<int:job_id>/", views.import_job_status, name="import_job_status"),
     path("projects/<int:project_id>/progress/", views.project_progress, name="project_progress"),
     path("projects/<int:project_id>/items/", views.project_items, name="project_items"),
     path("projects/<int:project_id>/items/<int:prompt_id>/", views.project_item, name="project_item"),
     path("projects/<int:project_id>/sample/", views.sampling_create, name="sampling_create"),
     path("projects/<int:project_id>/export/<str:kind>/", views.project_export, name="project_export"),
     path("sampling/<int:job_id>/", views.sampling_job_status, name="sampling_job_status"),
+    path("sampling/<int:job_id>/cancel/", views.sampling_job_cancel, name="sampling_job_cancel"),
+    path("sampling/<int:job_id>/resume/", views.sampling_job_resume, name="sampling_job_resume"),
 ]

@@ -18,10 +18,11 @@ from django_htmx.http import reswap, retarget
 from webapp.accounts.roles import annotator_required, is_researcher, researcher_required
 from webapp.annotation import exporting, selectors, services
 from webapp.annotation.forms import ExportForm, ImportForm, ProjectForm, SamplingForm
-from webapp.annotation.importing import ImportFileError, format_from_name, parse_import
-from webapp.annotation.models import Assignment, Project, Prompt, Ranking, SamplingJob
+from webapp.annotation.importing import ImportFileError, format_from_name
+from webapp.annotation.models import Assignment, ImportJob, Project, Prompt, Ranking, SamplingJob
 from webapp.annotation.rendering import render_markdown
-from webapp.text import counted, is_blank
+from webapp.queueing import QueueUnavailable
+from webapp.text import counted, is_blank, whole_number
 
 # Annotators -------------------------------------------------------------------------------------------------
 
@@ -51,8 +52,8 @@ class _ShownAnswer:
 
 
 def _answer_from_post(assignment_id: int, post: QueryDict) -> _ShownAnswer:
-    ranks = {int(key.removeprefix("rank_")): value for key, value in post.items()
-             if key.startswith("rank_") and key.removeprefix("rank_").isdigit()}
+    ranks = {number: value for key, value in post.items()
+             if key.startswith("rank_") and (number := whole_number(key.removeprefix("rank_"))) is not None}
     return _ShownAnswer(assignment_id=assignment_id, ranks=ranks, all_bad=post.get("all_bad") == "on",
                         choice=post.get("choice", ""), rationale=post.get("rationale", ""))
 
@@ -143,13 +144,16 @@ def _tiers_from_post(post: QueryDict) -> list[list[int]]:
 
 def _response_id(post: QueryDict, name: str) -> int:
     value = post.get(name, "")
-    if not value.isdecimal():
+    number = whole_number(value)
+    if number is None:
         raise ValidationError(f"{name}: a response number is expected, not {value[:40]!r}")
-    return int(value)
+    return number
 
 
 def _pairwise_tiers(post: QueryDict) -> tuple[list[list[int]], bool]:
     first, second = _response_id(post, "response_a"), _response_id(post, "response_b")
+    if first == second:
+        raise ValidationError(f"response_b: the same response as response_a ({first}); two different ones are compared")
     choices = {"a": [[first], [second]], "b": [[second], [first]], "tie": [[first, second]],
                "both_bad": [[first, second]]}
     choice = post.get("choice", "")
@@ -264,6 +268,7 @@ def _detail_context(project: Project) -> dict:
         "progress": selectors.project_progress(project),
         "data": selectors.project_data(project),
         "jobs": selectors.sampling_jobs(project),
+        "import_jobs": selectors.import_jobs(project),
         "import_form": ImportForm(),
         "sampling_form": SamplingForm(initial={"responses_per_prompt": project.responses_per_item}),
         "export_form": ExportForm(),
@@ -326,17 +331,21 @@ def project_import(request: HttpRequest, project_id: int) -> HttpResponse:
     try:
         chosen = form.cleaned_data["file_format"]
         file_format = format_from_name(upload.name) if chosen == "auto" else chosen
-        records = parse_import(upload.read(), file_format=file_format)
     except ImportFileError as error:
         messages.error(request, f"Nothing was imported from {upload.name}: {error}")
         return redirect("annotation:project_detail", project_id=project.pk)
-    summary = services.prompts_import(project=project, records=records)
-    messages.success(
-        request,
-        f"Imported {counted(summary.created, 'prompt')} ({summary.contents}) from {upload.name}; "
-        f"{summary.already_present} were already in the project.",
-    )
+    # read and written by a job (workers/importing.py); the project page follows it
+    try:
+        services.import_job_create(project=project, upload=upload, file_format=file_format, created_by=request.user)
+    except QueueUnavailable as error:
+        messages.error(request, f"Nothing was imported from {upload.name}: {' '.join(error.messages)}")
     return redirect("annotation:project_detail", project_id=project.pk)
+
+
+@researcher_required
+def import_job_status(request: HttpRequest, job_id: int) -> HttpResponse:
+    job = get_object_or_404(ImportJob, pk=job_id)
+    return render(request, "annotation/project_detail.html#import_job", {"job": job})
 
 
 @require_POST
@@ -349,6 +358,8 @@ def sampling_create(request: HttpRequest, project_id: int) -> HttpResponse:
         try:
             services.sampling_job_create(project=project, model_path=options.pop("model_path"),
                                          generation_settings=options, created_by=request.user)
+        except QueueUnavailable as error:
+            form.add_error(None, error.messages)
         except ValidationError as error:
             form.add_error("model_path", error.messages)
     context = {**_detail_context(project), "sampling_form": form}
@@ -361,6 +372,33 @@ def sampling_create(request: HttpRequest, project_id: int) -> HttpResponse:
 def sampling_job_status(request: HttpRequest, job_id: int) -> HttpResponse:
     job = get_object_or_404(SamplingJob, pk=job_id)
     return render(request, "annotation/project_detail.html#job", {"job": job})
+
+
+@require_POST
+@researcher_required
+def sampling_job_cancel(request: HttpRequest, job_id: int) -> HttpResponse:
+    job = get_object_or_404(SamplingJob, pk=job_id)
+    services.sampling_job_cancel(job_id=job.pk)
+    return _sampling_job_answer(request, job)
+
+
+@require_POST
+@researcher_required
+def sampling_job_resume(request: HttpRequest, job_id: int) -> HttpResponse:
+    job = get_object_or_404(SamplingJob, pk=job_id)
+    try:
+        services.sampling_job_resume(job_id=job.pk)
+    except ValidationError as error:
+        messages.error(request, " ".join(error.messages))
+    return _sampling_job_answer(request, job)
+
+
+def _sampling_job_answer(request: HttpRequest, job: SamplingJob) -> HttpResponse:
+    """htmx swaps the job's line in place (with any error said on it); a plain form post returns to the project."""
+    if request.htmx:
+        job.refresh_from_db()
+        return render(request, "annotation/project_detail.html#job", {"job": job})
+    return redirect("annotation:project_detail", project_id=job.project_id)
 
 
 @researcher_required

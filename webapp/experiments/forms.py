@@ -16,6 +16,7 @@ from webapp.experiments import selectors
 from webapp.experiments.models import ModelRef
 from webapp.experiments.services import MODEL_FIELDS, SERVICE_FIELDS, field_architectures
 from webapp.text import counted
+from webapp.uploads import limit_text
 
 REWARD_PREFIX = "reward__"
 DATA_SOURCE_CHOICES = [
@@ -113,6 +114,7 @@ class LaunchForm(forms.Form):
     def __init__(self, *args: Any, kind: str, initial_config: dict[str, Any] | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.kind = kind
+        self.fields["upload"].help_text += f" At most {limit_text()}."
         self.fields["project"].choices = [("", "— choose —")] + [
             (project_id, f"{name} ({counted(pairs, 'pair')}, {counted(prompts, 'prompt')})")
             for project_id, name, pairs, prompts in _projects()
@@ -195,6 +197,9 @@ class LaunchForm(forms.Form):
         return {"type": "upload"}
 
     def add_service_errors(self, error: ValidationError) -> None:
+        if not hasattr(error, "error_dict"):  # about the launch as a whole (e.g. the job queue is unreachable)
+            self.add_error(None, error.messages)
+            return
         for field, messages in error.message_dict.items():
             if field in self.fields:
                 self.add_error(field, messages)

@@ -10,7 +10,7 @@ import json
 import logging
 import shutil
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -26,7 +26,7 @@ from django.utils import timezone
 
 from trainer.chat import ChatFormatError, normalize_record
 from trainer.config import ConfigError, config_from_dict, config_to_dict
-from trainer.jsonl import JsonlError, numbered_jsonl
+from trainer.jsonl import JsonlError, numbered_jsonl_lines, text_lines
 from trainer.kinds import KINDS, run_kind
 from trainer.model_names import is_hub_id, looks_local
 from trainer.sink import encode_json_value
@@ -34,7 +34,9 @@ from webapp.experiments import selectors
 from webapp.experiments.alerts import AlertThresholds, alerts_for
 from webapp.experiments.data_sources import data_source_check
 from webapp.experiments.models import MODEL_FIELDS, MetricRow, ModelRef, Run, Sample
+from webapp.queueing import publish, publish_on_commit, rows_with_messages
 from webapp.text import storable_text, typed_text_problem
+from webapp.uploads import upload_keep
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +44,8 @@ Status = Run.Status
 # Status changes allowed by the run's services; anything else is refused (e.g. a late "succeeded" after
 # the stale-heartbeat check already failed the run).
 TRANSITIONS: dict[str, set[str]] = {
-    Status.QUEUED: {Status.RUNNING, Status.CANCELED},
+    # failed: its message could not be published
+    Status.QUEUED: {Status.RUNNING, Status.CANCELED, Status.FAILED},
     Status.RUNNING: {Status.SUCCEEDED, Status.FAILED, Status.CANCELED},
     Status.SUCCEEDED: {Status.QUEUED},
     Status.FAILED: {Status.QUEUED},
@@ -50,6 +53,8 @@ TRANSITIONS: dict[str, set[str]] = {
 }
 # Set by the service, never by a form: where the run writes, and which checkpoint it continues from.
 SERVICE_FIELDS = ("output_dir", "resume_from")
+# names a run's queue messages (webapp.queueing)
+RUN_MESSAGE_KIND = "run"
 
 # --- models -------------------------------------------------------------------------------------------
 
@@ -144,7 +149,10 @@ def model_resolve(text: str) -> ResolvedModel:
     if not value:
         raise ValidationError(f"no model given; give {_accepted_models()}")
     local = looks_local(value)
-    key = str(Path(value).expanduser().resolve()) if local else value
+    try:
+        key = str(Path(value).expanduser().resolve()) if local else value
+    except RuntimeError:  # ~name of a user this machine does not have
+        raise ValidationError(f"{value!r} names the home of no user here; give {_accepted_models()}") from None
     registered = ModelRef.objects.filter(path=key).first() or _registered_named(value)
     if registered is not None:
         return _resolved_registered(registered)
@@ -235,36 +243,41 @@ def _resolved_model_fields(kind: str, config: Mapping[str, Any]) -> dict[str, st
 # --- data sources ---------------------------------------------------------------------------------------
 
 
+# One line of an uploaded training file at most: what checking it may hold in memory at once.
+UPLOAD_LINE_MAX_BYTES = 64 * 2**20
+
+
 def upload_store(*, file: UploadedFile, kind: str) -> dict[str, Any]:
-    """Check an uploaded JSONL file (each line an object with the fields `kind` needs) and keep it."""
+    """Check an uploaded JSONL file (each line an object with the fields `kind` needs), a line at a time so that
+    memory holds one line however large the file, and keep it."""
     required = run_kind(kind).row_fields
-    raw = file.read()
+    file.seek(0)
+    count = 0
     try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise ValidationError({"upload": f"{file.name} is not UTF-8 text"}) from None
-    try:
-        numbered_rows = list(numbered_jsonl(text, name=file.name))
+        for number, row in numbered_jsonl_lines(
+            text_lines(file, name=file.name, max_line_bytes=UPLOAD_LINE_MAX_BYTES), name=file.name
+        ):
+            _upload_row_check(file.name, number, row, required)
+            count += 1
     except JsonlError as error:
         raise ValidationError({"upload": str(error)}) from None
-    for number, row in numbered_rows:
-        missing = [name for name in required if name in row and not isinstance(row[name], str | list)]
-        # TRL's formats: conversational fields are message lists, `messages` and implicit prompts give a prompt
-        try:
-            row = normalize_record(row, index=number - 1, name=file.name) if not missing else row
-        except ChatFormatError as error:
-            raise ValidationError({"upload": f"{file.name}, line {number}: {error.problem}"}) from None
-        missing = missing or [name for name in required if not isinstance(row.get(name), str | list)]
-        if missing:
-            raise ValidationError({"upload": f"{file.name}, line {number}: missing text field {missing[0]!r}"})
-    count = len(numbered_rows)
     if not count:
         raise ValidationError({"upload": f"{file.name} has no rows"})
-    directory = settings.DATA_DIR / "uploads"
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"{uuid.uuid4().hex}.jsonl"
-    path.write_bytes(raw)
+    path = settings.DATA_DIR / "uploads" / f"{uuid.uuid4().hex}.jsonl"
+    upload_keep(file, path)
     return {"type": "upload", "path": str(path), "name": file.name, "rows": count}
+
+
+def _upload_row_check(file_name: str, number: int, row: dict, required: tuple[str, ...]) -> None:
+    missing = [name for name in required if name in row and not isinstance(row[name], str | list)]
+    # TRL's formats: conversational fields are message lists, `messages` and implicit prompts give a prompt
+    try:
+        row = normalize_record(row, index=number - 1, name=file_name) if not missing else row
+    except ChatFormatError as error:
+        raise ValidationError({"upload": f"{file_name}, line {number}: {error.problem}"}) from None
+    missing = missing or [name for name in required if not isinstance(row.get(name), str | list)]
+    if missing:
+        raise ValidationError({"upload": f"{file_name}, line {number}: missing text field {missing[0]!r}"})
 
 
 def run_create_from_upload(
@@ -298,11 +311,39 @@ def _validated_config(kind: str, config: Mapping[str, Any], output_dir: str) -> 
     return config_to_dict(validated)
 
 
-def _queue(run: Run) -> None:
+def _queue(run: Run, *, on_failure: Callable[[str], None]) -> None:
+    """Mark the run queued now and publish its message once committed; on_failure undoes the launch if the broker
+    cannot be reached (QueueUnavailable then reaches the caller)."""
     from workers.tasks import run_training as run_training_task
 
-    run_id = run.pk
-    transaction.on_commit(lambda: run_training_task.delay(run_id))
+    Run.objects.filter(pk=run.pk).update(queued_at=timezone.now())
+    publish_on_commit(run_training_task, kind=RUN_MESSAGE_KIND, object_id=run.pk, on_failure=on_failure)
+
+
+def _forget_unqueued_run(run_id: int) -> Callable[[str], None]:
+    """A new run that could not be queued is removed: the user is told, and no 'queued' row waits for ever."""
+    return lambda reason: Run.objects.filter(pk=run_id, status=Status.QUEUED).delete()
+
+
+def _fail_unqueued_run(run_id: int) -> Callable[[str], None]:
+    return lambda reason: run_fail(run_id=run_id, error=f"could not be queued: {reason}")
+
+
+def runs_requeue_lost(*, message_ids: set[str], now: datetime | None = None) -> list[int]:
+    """Publish again every run queued for longer than PREFLAB_REQUEUE_AFTER_S whose message the broker no longer
+    holds (a broker restarted without persistence); returns their ids."""
+    from workers.tasks import run_training as run_training_task
+
+    limit = (now or timezone.now()) - timedelta(seconds=settings.PREFLAB_REQUEUE_AFTER_S)
+    waiting = rows_with_messages(message_ids, RUN_MESSAGE_KIND)
+    lost = Run.objects.filter(status=Status.QUEUED, queued_at__lt=limit).exclude(pk__in=waiting)
+    requeued = []
+    for run_id in lost.values_list("pk", flat=True):
+        publish(run_training_task, kind=RUN_MESSAGE_KIND, object_id=run_id)
+        Run.objects.filter(pk=run_id).update(queued_at=timezone.now())
+        logger.warning("run %s was queued but its message was gone from the broker: queued again", run_id)
+        requeued.append(run_id)
+    return requeued
 
 
 @transaction.atomic
@@ -326,7 +367,7 @@ def run_create(
     _set_aside_stale_output(output_dir)
     run.config = _validated_config(kind, config, str(output_dir))
     run.save(update_fields=["config"])
-    _queue(run)
+    _queue(run, on_failure=_forget_unqueued_run(run.pk))
     return run
 
 
@@ -418,7 +459,7 @@ def run_resume(*, run_id: int, checkpoint_id: int, remove_later: bool = False) -
         checkpoint_path=checkpoint.path,
         alerts=[alert for alert in run.alerts if alert.get("step", 0) <= checkpoint.step and alert["kind"] != "stale_heartbeat"],
     )
-    _queue(run)
+    _queue(run, on_failure=_fail_unqueued_run(run.pk))
     run.refresh_from_db()
     return run
 

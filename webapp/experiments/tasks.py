@@ -1,20 +1,21 @@
-"""The light periodic job of the experiments app, run by celery beat on the default-queue worker."""
+"""The light periodic job, run by celery beat on the default-queue worker: webapp.jobs.jobs_reconcile."""
+
+from django.conf import settings
 
 from workers.app import app
 
-STALE_CHECK_EVERY_S = 10.0
-STALE_CHECK_TASK = "webapp.experiments.tasks.check_stale_runs"
+RECONCILE_TASK = "webapp.experiments.tasks.reconcile_jobs"
 
 
-@app.task(name=STALE_CHECK_TASK)
-def check_stale_runs() -> list[int]:
-    """Fail running runs whose worker stopped sending heartbeats; returns their ids."""
-    from webapp.experiments.services import runs_fail_stale
+@app.task(name=RECONCILE_TASK)
+def reconcile_jobs() -> dict[str, list[int]]:
+    """Fail stale runs and sampling jobs, queue again the queued ones whose message is gone; returns their ids."""
+    from webapp.jobs import jobs_reconcile
 
-    return runs_fail_stale()
+    return jobs_reconcile()
 
 
 app.conf.beat_schedule = {
     **(app.conf.beat_schedule or {}),
-    "experiments-check-stale-runs": {"task": STALE_CHECK_TASK, "schedule": STALE_CHECK_EVERY_S},
+    "reconcile-jobs": {"task": RECONCILE_TASK, "schedule": settings.PREFLAB_RECONCILE_EVERY_S},
 }

@@ -19,6 +19,7 @@ from webapp.accounts.roles import researcher_required
 from webapp.experiments import selectors, services
 from webapp.experiments.forms import LaunchForm
 from webapp.experiments.models import ModelRef, Run
+from webapp.text import whole_number
 
 COMPARE_LIMIT = 8
 # htmx swaps this answer and stops polling: a finished run changes no more.
@@ -76,10 +77,11 @@ def run_launch(request: HttpRequest) -> HttpResponse:
     parent = None
     if request.GET.get("fork"):
         fork = request.GET["fork"]
-        if not fork.isdecimal():
+        parent_id = whole_number(fork)
+        if parent_id is None:
             return HttpResponseBadRequest(f"fork: a run number is expected, not {fork[:40]!r}",
                                           content_type="text/plain; charset=utf-8")
-        parent = get_object_or_404(Run, pk=int(fork))
+        parent = get_object_or_404(Run, pk=parent_id)
     kinds = selectors.launchable_kinds()
     kind = request.GET.get("kind") or (parent.kind if parent else kinds[0])
     if kind not in kinds:
@@ -131,7 +133,8 @@ def _launch(request: HttpRequest, form: LaunchForm, parent: Run | None) -> Run |
 
 def _resume_plan(run: Run, checkpoint_id: str) -> selectors.ResumePlan | None:
     """The confirmation the run page shows after a resume that would remove later checkpoints."""
-    checkpoint = ModelRef.objects.filter(run=run, pk=checkpoint_id).first() if checkpoint_id.isdigit() else None
+    number = whole_number(checkpoint_id)
+    checkpoint = ModelRef.objects.filter(run=run, pk=number).first() if number is not None else None
     if checkpoint is None or run.is_active:
         return None
     plan = selectors.resume_plan(run=run, checkpoint=checkpoint)
@@ -177,7 +180,7 @@ def run_status(request: HttpRequest, run_id: int) -> HttpResponse:
 def run_samples(request: HttpRequest, run_id: int) -> HttpResponse:
     run = get_object_or_404(Run, pk=run_id)
     step = request.GET.get("step")
-    context = _run_context(run, int(step) if step and step.isdigit() else None)
+    context = _run_context(run, whole_number(step) if step else None)
     return render(request, "experiments/run_detail.html#samples", context)
 
 
@@ -191,7 +194,7 @@ def run_metrics(request: HttpRequest, run_id: int) -> JsonResponse:
     payload = selectors.metric_series(
         run_id=run.pk,
         x_axis=x_axis,
-        after_step=int(after) if after.isdigit() else None,
+        after_step=whole_number(after),
         x_min=_optional_float(request, "x_min"),
         x_max=_optional_float(request, "x_max"),
         metrics=request.GET.getlist("metric") or None,
@@ -217,7 +220,7 @@ def run_resume(request: HttpRequest, run_id: int) -> HttpResponse:
     checkpoint = request.POST.get("checkpoint", "")
     try:
         with transaction.atomic():
-            services.run_resume(run_id=run.pk, checkpoint_id=int(checkpoint) if checkpoint.isdigit() else 0,
+            services.run_resume(run_id=run.pk, checkpoint_id=whole_number(checkpoint) or 0,
                                 remove_later=request.POST.get("remove_later") == "yes")
         messages.success(request, f"Run #{run.pk} queued to resume.", extra_tags="run-queued")
     except ValidationError as error:
@@ -231,7 +234,7 @@ def run_resume(request: HttpRequest, run_id: int) -> HttpResponse:
 
 @researcher_required
 def run_compare(request: HttpRequest) -> HttpResponse:
-    ids = [int(part) for part in request.GET.getlist("runs") if part.isdigit()][:COMPARE_LIMIT]
+    ids = [number for part in request.GET.getlist("runs") if (number := whole_number(part)) is not None][:COMPARE_LIMIT]
     runs = list(Run.objects.filter(pk__in=ids).order_by("pk"))
     context = {
         "runs": runs,

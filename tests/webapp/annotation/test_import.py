@@ -10,7 +10,8 @@ from django.core.management.base import CommandError
 
 from webapp.annotation import services
 from webapp.annotation.importing import ImportFileError, parse_import
-from webapp.annotation.models import PreferencePair, Prompt, Response
+from webapp.annotation.models import ImportJob, PreferencePair, Prompt, Response
+from workers.importing import import_job_execute
 
 pytestmark = pytest.mark.django_db
 
@@ -28,7 +29,8 @@ MIXED = _jsonl(
 
 
 @pytest.fixture
-def project():
+def project(settings, tmp_path):
+    settings.DATA_DIR = tmp_path
     return services.project_create(name="Import", responses_per_item=3)
 
 
@@ -62,8 +64,9 @@ def test_an_error_on_the_last_line_writes_nothing_and_names_that_line(project, r
 
     upload = io.BytesIO(bad)
     upload.name = "prompts.jsonl"
-    response = researcher_client.post(f"/projects/{project.pk}/import/", {"file": upload, "file_format": "auto"},
-                                      follow=True)
+    researcher_client.post(f"/projects/{project.pk}/import/", {"file": upload, "file_format": "auto"})
+    import_job_execute(job_id=ImportJob.objects.get().pk)  # what the worker runs (test_import_jobs.py)
+    response = researcher_client.get(f"/projects/{project.pk}/")
     assert "line 5, field &#x27;responses[1]&#x27;" in response.content.decode()
     assert Prompt.objects.count() == 0 and Response.objects.count() == 0
 

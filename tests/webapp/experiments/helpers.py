@@ -47,7 +47,7 @@ def run_status(run_id: int) -> str:
 
 
 def finished_run_with_checkpoints(model: ModelRef, model_dir: Path, created_by, steps=(2, 4, 6)) -> Run:
-    """A failed SFT run (queue it nowhere: patch run_training.delay first) with a checkpoint directory per step
+    """A failed SFT run (queue it nowhere: patch webapp.queueing.publish first) with a checkpoint directory per step
     under settings.RUNS_DIR, registered as its sink would, and a metric row per step up to the last."""
     run = services.run_create(kind="sft", config=small_config(model), data_source=ARITHMETIC,
                               created_by=created_by, name="to resume")

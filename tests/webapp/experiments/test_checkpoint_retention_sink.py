@@ -20,7 +20,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def test_keep_last_deletes_old_checkpoints_but_never_one_another_run_uses(
     settings, tmp_path, tiny_model, tiny_model_dir, researcher, monkeypatch
 ):
-    monkeypatch.setattr("workers.tasks.run_training.delay", lambda run_id: None)
+    monkeypatch.setattr("webapp.queueing.publish", lambda task, **message: "")
     settings.RUNS_DIR = tmp_path / "runs"
     run = services.run_create(kind="sft", config=small_config(tiny_model), data_source=ARITHMETIC,
                               created_by=researcher, name="writer")

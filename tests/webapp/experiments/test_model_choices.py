@@ -17,7 +17,7 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def registry(settings, tmp_path, tiny_model, researcher, monkeypatch):
-    monkeypatch.setattr("workers.tasks.run_training.delay", lambda run_id: None)
+    monkeypatch.setattr("webapp.queueing.publish", lambda task, **message: "")
     scorer = tmp_path / "roots" / "scorer"
     scorer.mkdir(parents=True)
     (scorer / "config.json").write_text(json.dumps({"architectures": ["LlamaForSequenceClassification"]}))

@@ -20,8 +20,7 @@ SAMPLING = {"responses_per_prompt": 2, "max_new_tokens": 8, "temperature": 1.0, 
 
 @pytest.fixture
 def queued(monkeypatch):
-    monkeypatch.setattr("workers.tasks.run_training.delay", lambda run_id: None)
-    monkeypatch.setattr("workers.tasks.sample_responses.delay", lambda job_id: None)
+    monkeypatch.setattr("webapp.queueing.publish", lambda task, **message: "")
 
 
 @pytest.fixture

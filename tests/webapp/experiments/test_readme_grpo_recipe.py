@@ -17,7 +17,7 @@ RECIPE_START = "A GRPO run that visibly learns on the demo:"
 
 @pytest.fixture(autouse=True)
 def no_queue(monkeypatch):
-    monkeypatch.setattr("workers.tasks.run_training.delay", lambda run_id: None)
+    monkeypatch.setattr("webapp.queueing.publish", lambda task, **message: "")
 
 
 def readme_recipe() -> dict[str, str]:

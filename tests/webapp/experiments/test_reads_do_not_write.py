@@ -1,5 +1,5 @@
 """Reading the run pages writes nothing: a run whose heartbeat is stale stays as it is until the periodic
-check (celery beat's check_stale_runs) fails it."""
+check (celery beat's reconcile_jobs) fails it."""
 
 from datetime import timedelta
 
@@ -10,14 +10,14 @@ from django.utils import timezone
 from tests.webapp.experiments.helpers import ARITHMETIC, small_config
 from webapp.experiments import services
 from webapp.experiments.models import Run
-from webapp.experiments.tasks import check_stale_runs
+from webapp.experiments.tasks import reconcile_jobs
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture(autouse=True)
 def no_queue(monkeypatch):
-    monkeypatch.setattr("workers.tasks.run_training.delay", lambda run_id: None)
+    monkeypatch.setattr("webapp.queueing.publish", lambda task, **message: "")
 
 
 @override_settings(PREFLAB_HEARTBEAT_TIMEOUT_S=10)
@@ -32,7 +32,7 @@ def test_run_pages_leave_a_stale_run_running_and_the_periodic_check_fails_it(res
     run.refresh_from_db()
     assert (run.status, run.error, run.alerts) == (Run.Status.RUNNING, "", [])
 
-    assert check_stale_runs() == [run.pk]
+    assert reconcile_jobs()["stale_runs"] == [run.pk]
     run.refresh_from_db()
     assert run.status == Run.Status.FAILED and run.alerts[0]["kind"] == "stale_heartbeat"
 

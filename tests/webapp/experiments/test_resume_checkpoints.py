@@ -16,7 +16,7 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def finished_run(settings, tmp_path, tiny_model, tiny_model_dir, researcher, monkeypatch):
     """A failed run with checkpoints at steps 2, 4 and 6 on disk, and metric rows up to step 6."""
-    monkeypatch.setattr("workers.tasks.run_training.delay", lambda run_id: None)
+    monkeypatch.setattr("webapp.queueing.publish", lambda task, **message: "")
     settings.RUNS_DIR = tmp_path / "runs"
     return finished_run_with_checkpoints(tiny_model, tiny_model_dir, researcher)
 

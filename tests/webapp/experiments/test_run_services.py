@@ -17,7 +17,7 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def queued(monkeypatch):
     sent: list[int] = []
-    monkeypatch.setattr("workers.tasks.run_training.delay", sent.append)
+    monkeypatch.setattr("webapp.queueing.publish", lambda task, *, kind, object_id: sent.append(object_id))
     return sent
 
 

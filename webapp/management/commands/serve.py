@@ -48,7 +48,7 @@ def worker_commands() -> dict[str, list[str]]:
     celery = [sys.executable, "-m", "celery", "-A", "workers", "worker", "--loglevel", "INFO"]
     return {
         # Light web-side jobs never wait behind a training run. -B: this worker also runs celery beat (the
-        # periodic stale-heartbeat check of runs).
+        # periodic reconcile of jobs: stale heartbeats, lost messages).
         f"worker-{DEFAULT_QUEUE}": [
             *celery, "-Q", DEFAULT_QUEUE, "--pool", "threads", "--concurrency", "2", "-n", f"{DEFAULT_QUEUE}@%h",
             "-B", "--schedule", str(settings.DATA_DIR / "celerybeat-schedule"),
