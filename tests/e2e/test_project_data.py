@@ -28,7 +28,10 @@ def test_new_project_with_zero_responses_is_refused_in_words(page, live_server, 
     assert Project.objects.get().responses_per_item == 2
 
 
-def test_the_project_page_counts_empty_responses_and_explains_imported_pairs(page, live_server, researcher, tmp_path):
+def test_the_project_page_counts_empty_responses_and_explains_imported_pairs(
+    page, live_server, researcher, tmp_path, celery_worker_factory
+):
+    celery_worker_factory(queues=("default",))  # the import is a job on the default queue
     project = services.project_create(name="Mixed", responses_per_item=2)
     upload = tmp_path / "mixed.jsonl"
     upload.write_text("\n".join(json.dumps(row) for row in [
@@ -40,6 +43,7 @@ def test_the_project_page_counts_empty_responses_and_explains_imported_pairs(pag
     page.set_input_files("#import-form input[type=file]", str(upload))
     page.click("#import-form button[type=submit]")
     page.wait_for_selector("text=Imported 2 prompts (2 responses, 1 preference pair) from mixed.jsonl")
+    page.reload()  # the job's line updates itself; the data card is drawn with the page
     assert page.inner_text("#imported-pairs") == "1"
     note = page.inner_text("#imported-pairs-note")
     assert "1 imported preference pair" in note and "is training data" in note and "not items for annotators" in note

@@ -177,12 +177,14 @@ def test_a_launch_while_the_broker_is_down_is_refused_clearly_and_leaves_no_row(
     assert response.status_code == 200 and "could not be reached" in response.content.decode()
     assert list(SamplingJob.objects.values_list("pk", flat=True)) == [failed_job.pk]
 
+    kept_uploads = settings.DATA_DIR / "uploads" / "imports"
+    kept_before = set(kept_uploads.glob("*"))
     upload = SimpleUploadedFile("prompts.jsonl", b'{"id": "x1", "prompt": "Calculate 1 + 1"}\n')
     response = researcher_client.post(f"/projects/{project.pk}/import/", {"file": upload, "file_format": "auto"},
                                       follow=True)
     assert "Nothing was imported from prompts.jsonl: the job queue" in response.content.decode()
     assert not ImportJob.objects.exists()
-    assert not any((settings.DATA_DIR / "uploads" / "imports").glob("*"))  # the kept upload went with the row
+    assert set(kept_uploads.glob("*")) == kept_before  # the kept upload went with the row
 
     response = researcher_client.post(f"/sampling/{failed_job.pk}/resume/", HTTP_HX_REQUEST="true")
     failed_job.refresh_from_db()
