@@ -57,11 +57,8 @@ class KVDecoder:
         probe = torch.empty(0, dtype=dtype, device=device)
         self.cos, self.sin = self.body.rotary_emb(probe, position_ids=positions)  # [rows, capacity, D]
         self.length = 0
-        # Under autocast every product would cast its fp32 weight again on every token (autocast caches only the
-        # casts of parameters, and these copies are not parameters): the copies are made in its dtype once.
-        copies_dtype = torch.get_autocast_dtype(device.type) if torch.is_autocast_enabled(device.type) else None
-        self.fused = fused_projections(self.layers, self.head_dim, dtype=copies_dtype)
-        self.folded_head = folded_head(self.head, self.body.norm, dtype=copies_dtype) if self.fused is not None else None
+        self.fused = fused_projections(self.layers, self.head_dim)
+        self.folded_head = folded_head(self.head, self.body.norm) if self.fused is not None else None
 
     def repeat_rows(self, times: int) -> None:
         """Each row becomes `times` consecutive rows (a prompt's cache shared by its group)."""
@@ -163,11 +160,11 @@ class UnitRMS:
         return normed.to(hidden.dtype)
 
 
-def folded_weight(weight: Tensor, norm: nn.Module, *, dtype: torch.dtype | None = None) -> Tensor:
+def folded_weight(weight: Tensor, norm: nn.Module) -> Tensor:
     """weight [out, in] with the preceding RMSNorm's weight and sqrt(in) folded into its columns, transposed
-    to [in, out] (a contiguous right operand is the matrix product's fast case), in `dtype` if given."""
+    to [in, out] (a contiguous right operand is the matrix product's fast case)."""
     scale = norm.weight * math.sqrt(weight.shape[1])
-    return (weight * scale[None, :]).t().contiguous().detach().to(dtype)
+    return (weight * scale[None, :]).t().contiguous().detach()
 
 
 def _product(x: Tensor, weight_t: Tensor, bias: Tensor | None) -> Tensor:
@@ -222,7 +219,7 @@ class FusedLayer:
         return _projection(mlp.down_proj, self.down_weight, _activation(mlp.act_fn, gate) * up)
 
 
-def fused_projections(layers: list[nn.Module], head_dim: int, *, dtype: torch.dtype | None = None) -> list[FusedLayer] | None:
+def fused_projections(layers: list[nn.Module], head_dim: int) -> list[FusedLayer] | None:
     """Fused weights for every layer, or None when a projection is not a plain Linear (LoRA, quantised),
     the model normalises heads before the rotation (Qwen3), or the copies would be too large."""
     projections = [
@@ -239,11 +236,10 @@ def fused_projections(layers: list[nn.Module], head_dim: int, *, dtype: torch.dt
     copied += sum(_nbytes(layer.self_attn.o_proj) + _nbytes(layer.mlp.down_proj) for layer in layers)
     if copied > FUSED_WEIGHTS_MAX_BYTES:
         return None
-    return [_fuse_layer(layer, head_dim=head_dim, dtype=dtype) for layer in layers]
+    return [_fuse_layer(layer, head_dim=head_dim) for layer in layers]
 
 
-def _fuse_layer(layer: nn.Module, *, head_dim: int, dtype: torch.dtype | None) -> FusedLayer:
-    """dtype: the copies' dtype (autocast's), or the weights' own when None."""
+def _fuse_layer(layer: nn.Module, *, head_dim: int) -> FusedLayer:
     attention, mlp = layer.self_attn, layer.mlp
     q, k, v = attention.q_proj, attention.k_proj, attention.v_proj
 
@@ -253,25 +249,23 @@ def _fuse_layer(layer: nn.Module, *, head_dim: int, dtype: torch.dtype | None) -
         return torch.cat([-heads[:, half:], heads[:, :half]], dim=1).flatten(0, 1)
 
     def joined(parts: list[Tensor | None]) -> Tensor | None:
-        return None if any(part is None for part in parts) else torch.cat(parts).detach().to(dtype)
+        return None if any(part is None for part in parts) else torch.cat(parts).detach()
 
     def transposed_if_plain(module: nn.Module) -> Tensor | None:
-        return module.weight.t().contiguous().detach().to(dtype) if type(module) is nn.Linear else None
+        return module.weight.t().contiguous().detach() if type(module) is nn.Linear else None
 
     query_key_weight = torch.cat([q.weight, k.weight])
     query_key_bias = joined([q.bias, k.bias])
     hidden_size = q.weight.shape[1]
     return FusedLayer(
         attention_norm=UnitRMS.of(layer.input_layernorm, hidden_size, q.weight),
-        attention_weight=folded_weight(torch.cat([query_key_weight, rotated_half(query_key_weight), v.weight]), layer.input_layernorm,
-                                       dtype=dtype),
+        attention_weight=folded_weight(torch.cat([query_key_weight, rotated_half(query_key_weight), v.weight]), layer.input_layernorm),
         attention_bias=None
         if query_key_bias is None or v.bias is None
-        else torch.cat([query_key_bias, rotated_half(query_key_bias[:, None])[:, 0], v.bias]).detach().to(dtype),
+        else torch.cat([query_key_bias, rotated_half(query_key_bias[:, None])[:, 0], v.bias]).detach(),
         output_weight=transposed_if_plain(attention.o_proj),
         mlp_norm=UnitRMS.of(layer.post_attention_layernorm, hidden_size, q.weight),
-        gate_up_weight=folded_weight(torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]), layer.post_attention_layernorm,
-                                     dtype=dtype),
+        gate_up_weight=folded_weight(torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]), layer.post_attention_layernorm),
         gate_up_bias=joined([mlp.gate_proj.bias, mlp.up_proj.bias]),
         down_weight=transposed_if_plain(mlp.down_proj),
         query_key_width=query_key_weight.shape[0],
@@ -295,14 +289,14 @@ class FoldedHead:
         return _projection(self.head, self.weight, self.unit(hidden))
 
 
-def folded_head(head: nn.Module, norm: nn.Module, *, dtype: torch.dtype | None = None) -> FoldedHead:
+def folded_head(head: nn.Module, norm: nn.Module) -> FoldedHead:
     """The head's copy has its own FUSED_WEIGHTS_MAX_BYTES: a large vocabulary runs the head's own forward."""
     foldable = 0 < _nbytes(head) <= FUSED_WEIGHTS_MAX_BYTES
     return FoldedHead(
         head=head,
         norm=norm,
         unit=UnitRMS.of(norm, norm.weight.shape[0], norm.weight),
-        weight=folded_weight(head.weight, norm, dtype=dtype) if foldable else None,
+        weight=folded_weight(head.weight, norm) if foldable else None,
     )
 
 
