@@ -18,11 +18,15 @@ import logging
 import os
 import uuid
 from collections.abc import Callable, Iterable
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from celery import Task
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.db.models import QuerySet
+from django.utils import timezone
 from kombu.exceptions import KombuError
 
 from workers.app import DEFAULT_QUEUE, GPU_QUEUE, app
@@ -143,3 +147,17 @@ def rows_with_messages(ids: Iterable[str], kind: str) -> set[int]:
     """The row ids of `kind` that have a message among `ids`."""
     rows = (row_of_message(task_id) for task_id in ids)
     return {row[1] for row in rows if row is not None and row[0] == kind}
+
+
+def requeue_lost(task: Task, *, kind: str, queued: QuerySet, message_ids: set[str], now: datetime | None = None) -> list[int]:
+    """Publish again every row of `queued` (rows with a queued_at, still queued) waiting for longer than
+    PREFLAB_REQUEUE_AFTER_S whose message the broker no longer holds (a broker restarted without persistence);
+    its clock starts again. Returns their ids."""
+    limit = (now or timezone.now()) - timedelta(seconds=settings.PREFLAB_REQUEUE_AFTER_S)
+    lost = queued.filter(queued_at__lt=limit).exclude(pk__in=rows_with_messages(message_ids, kind))
+    requeued = list(lost.values_list("pk", flat=True))
+    for row_id in requeued:
+        publish(task, kind=kind, object_id=row_id)
+        queued.model.objects.filter(pk=row_id).update(queued_at=timezone.now())
+        logger.warning("%s %s was queued but its message was gone from the broker: queued again", kind, row_id)
+    return requeued

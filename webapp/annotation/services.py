@@ -20,7 +20,7 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
 from django.core.files.uploadedfile import UploadedFile
-from django.db import connection, models, transaction
+from django.db import connection, transaction
 from django.db.models import Count, F, IntegerField, Max, OuterRef, Subquery, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -40,7 +40,7 @@ from webapp.annotation.preferences import pairs_from_tiers, tiers_without
 from webapp.annotation.selectors import blank_response_ids, responses_shown
 from webapp.experiments.models import ModelRef
 from webapp.experiments.services import model_resolve
-from webapp.queueing import publish, publish_on_commit, rows_with_messages
+from webapp.queueing import publish_on_commit, requeue_lost
 from webapp.text import counted, storable_text
 from webapp.uploads import upload_keep
 
@@ -270,18 +270,9 @@ def import_jobs_fail_stale(*, now: datetime | None = None) -> list[int]:
 
 
 def import_jobs_requeue_lost(*, message_ids: set[str], now: datetime | None = None) -> list[int]:
-    """Publish again every import queued for longer than PREFLAB_REQUEUE_AFTER_S whose message is gone."""
-    limit = (now or timezone.now()) - timedelta(seconds=settings.PREFLAB_REQUEUE_AFTER_S)
-    waiting = rows_with_messages(message_ids, IMPORT_MESSAGE_KIND)
-    lost = ImportJob.objects.filter(status=ImportStatus.QUEUED, queued_at__lt=limit).exclude(pk__in=waiting)
-    return [_requeue(_import_task(), IMPORT_MESSAGE_KIND, ImportJob, job_id) for job_id in lost.values_list("pk", flat=True)]
-
-
-def _requeue(task, kind: str, model: type[models.Model], row_id: int) -> int:
-    publish(task, kind=kind, object_id=row_id)
-    model.objects.filter(pk=row_id).update(queued_at=timezone.now())
-    logger.warning("%s job %s was queued but its message was gone from the broker: queued again", kind, row_id)
-    return row_id
+    """Publish again every import queued too long whose message is gone (webapp.queueing.requeue_lost)."""
+    return requeue_lost(_import_task(), kind=IMPORT_MESSAGE_KIND, message_ids=message_ids, now=now,
+                        queued=ImportJob.objects.filter(status=ImportStatus.QUEUED))
 
 
 def import_job_start(*, job_id: int) -> bool:
@@ -608,7 +599,7 @@ def sampling_job_start(*, job_id: int) -> bool:
 
 def sampling_job_progress(*, job_id: int, done: int, total: int | None = None) -> None:
     fields = {"progress_done": done} if total is None else {"progress_done": done, "progress_total": total}
-    SamplingJob.objects.filter(pk=job_id).update(**fields, heartbeat_at=timezone.now())
+    SamplingJob.objects.filter(pk=job_id).update(**fields)
 
 
 def sampling_job_heartbeat(*, job_id: int) -> None:
@@ -678,12 +669,8 @@ def sampling_jobs_fail_stale(*, now: datetime | None = None) -> list[int]:
 
 
 def sampling_jobs_requeue_lost(*, message_ids: set[str], now: datetime | None = None) -> list[int]:
-    """Publish again every job queued for longer than PREFLAB_REQUEUE_AFTER_S whose message the broker no longer
-    holds (a broker restarted without persistence); returns their ids."""
+    """Publish again every sampling job queued too long whose message is gone (webapp.queueing.requeue_lost)."""
     from workers.tasks import sample_responses as sample_responses_task
 
-    limit = (now or timezone.now()) - timedelta(seconds=settings.PREFLAB_REQUEUE_AFTER_S)
-    waiting = rows_with_messages(message_ids, SAMPLING_MESSAGE_KIND)
-    lost = SamplingJob.objects.filter(status=SamplingStatus.QUEUED, queued_at__lt=limit).exclude(pk__in=waiting)
-    return [_requeue(sample_responses_task, SAMPLING_MESSAGE_KIND, SamplingJob, job_id)
-            for job_id in lost.values_list("pk", flat=True)]
+    return requeue_lost(sample_responses_task, kind=SAMPLING_MESSAGE_KIND, message_ids=message_ids, now=now,
+                        queued=SamplingJob.objects.filter(status=SamplingStatus.QUEUED))

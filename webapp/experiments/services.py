@@ -34,7 +34,7 @@ from webapp.experiments import selectors
 from webapp.experiments.alerts import AlertThresholds, alerts_for
 from webapp.experiments.data_sources import data_source_check
 from webapp.experiments.models import MODEL_FIELDS, MetricRow, ModelRef, Run, Sample
-from webapp.queueing import publish, publish_on_commit, rows_with_messages
+from webapp.queueing import publish_on_commit, requeue_lost
 from webapp.text import storable_text, typed_text_problem
 from webapp.uploads import upload_keep
 
@@ -330,20 +330,11 @@ def _fail_unqueued_run(run_id: int) -> Callable[[str], None]:
 
 
 def runs_requeue_lost(*, message_ids: set[str], now: datetime | None = None) -> list[int]:
-    """Publish again every run queued for longer than PREFLAB_REQUEUE_AFTER_S whose message the broker no longer
-    holds (a broker restarted without persistence); returns their ids."""
+    """Publish again every run queued too long whose message is gone (webapp.queueing.requeue_lost)."""
     from workers.tasks import run_training as run_training_task
 
-    limit = (now or timezone.now()) - timedelta(seconds=settings.PREFLAB_REQUEUE_AFTER_S)
-    waiting = rows_with_messages(message_ids, RUN_MESSAGE_KIND)
-    lost = Run.objects.filter(status=Status.QUEUED, queued_at__lt=limit).exclude(pk__in=waiting)
-    requeued = []
-    for run_id in lost.values_list("pk", flat=True):
-        publish(run_training_task, kind=RUN_MESSAGE_KIND, object_id=run_id)
-        Run.objects.filter(pk=run_id).update(queued_at=timezone.now())
-        logger.warning("run %s was queued but its message was gone from the broker: queued again", run_id)
-        requeued.append(run_id)
-    return requeued
+    return requeue_lost(run_training_task, kind=RUN_MESSAGE_KIND, queued=Run.objects.filter(status=Status.QUEUED),
+                        message_ids=message_ids, now=now)
 
 
 @transaction.atomic
