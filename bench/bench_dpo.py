@@ -7,7 +7,6 @@ outside the timed steps in both).
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 
 from common import (
@@ -16,6 +15,7 @@ from common import (
     our_common_fields,
     parse_args,
     print_table,
+    scratch_dir,
     timed_trl_training,
     trl_common_args,
 )
@@ -28,7 +28,7 @@ BETA = 0.1
 
 
 def run_ours(args, model_dir: Path, rows: list[dict], *, precompute: bool) -> float:
-    output_dir = Path(tempfile.mkdtemp(prefix="ours-dpo-"))
+    output_dir = Path(scratch_dir("ours-dpo-"))
     fields = our_common_fields(args, model_dir, output_dir, LR)
     config = config_from_dict("dpo", {**fields, "beta": BETA, "loss_type": "sigmoid", "precompute_ref_logps": precompute})
     sink = TimingSink()
@@ -39,7 +39,7 @@ def run_ours(args, model_dir: Path, rows: list[dict], *, precompute: bool) -> fl
 def run_trl(args, model_dir: Path, rows: list[dict], *, precompute: bool) -> float:
     from trl import DPOConfig, DPOTrainer
 
-    output_dir = Path(tempfile.mkdtemp(prefix="trl-dpo-"))
+    output_dir = Path(scratch_dir("trl-dpo-"))
     config = DPOConfig(
         **trl_common_args(args, output_dir, LR),
         beta=BETA,

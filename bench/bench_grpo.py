@@ -17,11 +17,10 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import tempfile
 from pathlib import Path
 
 import torch
-from common import TRL_CPU_RUN, TimingSink, timed_trl_training
+from common import TRL_CPU_RUN, TimingSink, scratch_dir, timed_trl_training
 from transformers import AutoTokenizer
 
 from trainer.answers import answers_match, extract_answer
@@ -62,7 +61,7 @@ def few_shot_rows(rows: list[dict], shots: int) -> list[dict]:
 def run_ours(args: argparse.Namespace, model_dir: Path, rows: list[dict], prompt_tokens: int) -> TimingSink:
     config = GRPOConfig(
         model=str(model_dir),
-        output_dir=tempfile.mkdtemp(prefix="ours-grpo-"),
+        output_dir=scratch_dir("ours-grpo-"),
         max_steps=args.steps,
         batch_size=args.prompts,
         group_size=args.group_size,
@@ -89,7 +88,7 @@ def run_trl(
     from trl import GRPOTrainer
 
     trl_args = TRLGRPOConfig(
-        output_dir=tempfile.mkdtemp(prefix="trl-grpo-"),
+        output_dir=scratch_dir("trl-grpo-"),
         per_device_train_batch_size=args.prompts * args.group_size,
         num_generations=args.group_size,
         max_completion_length=args.new_tokens,
@@ -110,7 +109,7 @@ def run_trl(
 
 def main() -> None:
     args = parse_args()
-    root = Path(tempfile.mkdtemp(prefix="preflab-bench-grpo-"))
+    root = Path(scratch_dir("preflab-bench-grpo-"))
     model_dir = arithmetic.build_tiny_model(root / "model", hidden_size=args.hidden_size, layers=args.layers)
     rows = few_shot_rows(arithmetic.sft_rows(1, "train"), args.few_shot)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)

@@ -29,12 +29,11 @@ import dataclasses
 import json
 import os
 import statistics
-import tempfile
 import time
 from pathlib import Path
 
 import torch
-from common import TRL_CPU_RUN, TimingSink, print_table, timed_trl_training
+from common import TRL_CPU_RUN, TimingSink, print_table, scratch_dir, timed_trl_training
 from transformers import AutoConfig, AutoTokenizer
 
 from trainer import grpo as our_grpo
@@ -150,6 +149,18 @@ class Shape:
         return 2 * self.hidden * self.vocab
 
 
+def decoding_bytes(model_dir: Path, precision: str) -> int:
+    """Bytes of weights one decoding step has to read: all of them in float32; under bf16-mixed the layers in
+    bf16 and the output head in float32 (trainer.models.Float32Head; SmolLM2 ties it to the embedding, of which
+    a step reads only its tokens' rows)."""
+    float32_bytes = sum(f.stat().st_size for f in model_dir.glob("*.safetensors"))
+    if precision == "fp32":
+        return float32_bytes
+    shape = Shape.of(model_dir)
+    head = 4 * shape.vocab * shape.hidden
+    return (float32_bytes - head) // 2 + head
+
+
 def grpo_step_flops(shape: Shape, prompt_lengths: list[int], group: int, new_tokens: int) -> dict[str, float]:
     """Model FLOPs of one step's phases; each prompt computed once (its keys serve its whole group)."""
 
@@ -190,7 +201,7 @@ def run_our_grpo(args: argparse.Namespace, model_dir: Path, prompt_tokens: int) 
         "grpo",
         {
             "model": str(model_dir),
-            "output_dir": tempfile.mkdtemp(prefix="ours-grpo-real-"),
+            "output_dir": scratch_dir("ours-grpo-real-"),
             "max_steps": args.grpo_steps,
             "batch_size": len(GRPO_PROMPTS),
             "group_size": GROUP_SIZE,
@@ -225,7 +236,7 @@ def run_trl_grpo(args: argparse.Namespace, model_dir: Path) -> tuple[float, list
     from trl import GRPOConfig, GRPOTrainer
 
     trl_args = GRPOConfig(
-        output_dir=tempfile.mkdtemp(prefix="trl-grpo-real-"),
+        output_dir=scratch_dir("trl-grpo-real-"),
         per_device_train_batch_size=len(GRPO_PROMPTS) * GROUP_SIZE,
         num_generations=GROUP_SIZE,
         max_completion_length=NEW_TOKENS,
@@ -282,9 +293,9 @@ def grpo_bench(args: argparse.Namespace, model_dir: Path, peak: float, bandwidth
         print(f"{name:32} {seconds:8.2f} {gflop:8.1f} {gflop / seconds:8.1f} {gflop / seconds / peak:8.1%}")
     total = sum(flops.values()) / 1e9
     print(f"{'step':32} {our_step:8.2f} {total:8.1f} {total / our_step:8.1f} {total / our_step / peak:8.1%}")
-    weight_bytes = sum(f.stat().st_size for f in model_dir.glob("*.safetensors"))
-    floor = weight_bytes * NEW_TOKENS / (bandwidth * 1e9)
-    print(f"generation floor: {NEW_TOKENS} decoding steps each read the {weight_bytes / 1e6:.0f} MB of weights once; at "
+    read = decoding_bytes(model_dir, args.precision)
+    floor = read * NEW_TOKENS / (bandwidth * 1e9)
+    print(f"generation floor: {NEW_TOKENS} decoding steps each read the {read / 1e6:.0f} MB of weights once; at "
           f"{bandwidth:.1f} GB/s that is {floor:.2f} s (ours {phases['generation']:.2f} s)")
     if trl is not None:
         print(f"ratio GRPO step, ours vs TRL GRPOTrainer: {trl[0] / our_step:.2f}x")

@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 
 from common import (
@@ -14,6 +13,7 @@ from common import (
     our_common_fields,
     parse_args,
     print_table,
+    scratch_dir,
     timed_trl_training,
     trl_common_args,
 )
@@ -25,7 +25,7 @@ LR = 1e-4
 
 
 def run_ours(args, model_dir: Path, rows: list[dict]) -> float:
-    output_dir = Path(tempfile.mkdtemp(prefix="ours-rm-"))
+    output_dir = Path(scratch_dir("ours-rm-"))
     config = config_from_dict("reward_model", our_common_fields(args, model_dir, output_dir, LR))
     sink = TimingSink()
     train(config, rows, sink)
@@ -35,7 +35,7 @@ def run_ours(args, model_dir: Path, rows: list[dict]) -> float:
 def run_trl(args, model_dir: Path, rows: list[dict]) -> float:
     from trl import RewardConfig, RewardTrainer
 
-    output_dir = Path(tempfile.mkdtemp(prefix="trl-rm-"))
+    output_dir = Path(scratch_dir("trl-rm-"))
     return timed_trl_training(RewardTrainer, model_dir, rows, RewardConfig(**trl_common_args(args, output_dir, LR)))
 
 

@@ -8,7 +8,9 @@ timed window (both time only from the end of step 1 to the end of the last step)
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
+import shutil
 import tempfile
 import time
 from collections.abc import Mapping
@@ -42,9 +44,16 @@ def parse_args(description: str) -> argparse.Namespace:
     return args
 
 
+def scratch_dir(prefix: str) -> str:
+    """A temporary directory removed when the bench exits (a real model's checkpoints take gigabytes)."""
+    path = tempfile.mkdtemp(prefix=prefix)
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
+
+
 def bench_workspace(args: argparse.Namespace) -> tuple[Path, list[dict]]:
     """A fresh tiny model and exactly steps * batch_size preference rows (every pair is seen once)."""
-    root = Path(tempfile.mkdtemp(prefix="preflab-bench-"))
+    root = Path(scratch_dir("preflab-bench-"))
     model_dir = arithmetic.build_tiny_model(root / "model", hidden_size=args.hidden_size, layers=args.layers)
     rows = arithmetic.preference_rows(args.level, "train", args.steps * args.batch_size)
     return model_dir, [{key: row[key] for key in ("prompt", "chosen", "rejected")} for row in rows]

@@ -50,15 +50,18 @@ class KVDecoder:
         first = self.layers[0].self_attn
         self.head_dim = first.head_dim
         self.kv_heads = first.k_proj.out_features // self.head_dim
-        dtype, device = self.body.embed_tokens.weight.dtype, positions.device
+        weights, device = self.body.embed_tokens.weight.dtype, positions.device
+        # keys, values and products in bf16 under bf16-mixed; the rotary tables in the weights' dtype, as the
+        # transformers forward computes them from its float32 residual stream
+        dtype = sampling_dtype(weights, device)
         shape = (rows, self.kv_heads, capacity, self.head_dim)
         self.keys = [torch.empty(shape, dtype=dtype, device=device) for _ in self.layers]
         self.values = [torch.empty(shape, dtype=dtype, device=device) for _ in self.layers]
-        probe = torch.empty(0, dtype=dtype, device=device)
+        probe = torch.empty(0, dtype=weights, device=device)
         self.cos, self.sin = self.body.rotary_emb(probe, position_ids=positions)  # [rows, capacity, D]
         self.length = 0
-        self.fused = fused_projections(self.layers, self.head_dim)
-        self.folded_head = folded_head(self.head, self.body.norm) if self.fused is not None else None
+        self.fused = fused_projections(self.layers, self.head_dim, dtype)
+        self.folded_head = folded_head(self.head, self.body.norm, dtype) if self.fused is not None else None
 
     def repeat_rows(self, times: int) -> None:
         """Each row becomes `times` consecutive rows (a prompt's cache shared by its group)."""
@@ -96,7 +99,7 @@ class KVDecoder:
         for fused, layer, keys, values in zip(self.fused, self.layers, self.keys, self.values, strict=True):
             rotated, value = fused.queries_keys_values(hidden, rows, cos, sin)
             attended = self._attend(rotated, value, keys, values, key_bias, layer.self_attn.scaling)
-            hidden = hidden + fused.output(layer.self_attn.o_proj, attended.transpose(1, 2).reshape(rows * count, -1))
+            hidden = hidden + fused.attention_output(layer.self_attn.o_proj, attended.transpose(1, 2).reshape(rows * count, -1))
             hidden = hidden + fused.mlp(layer.mlp, hidden)
         self.length = end
         return self.folded_head(hidden.view(rows, count, -1)[:, -1])
@@ -108,6 +111,7 @@ class KVDecoder:
         queries, new_keys = rotated.split([heads, self.kv_heads], dim=1)
         keys.narrow(2, start, end - start).copy_(new_keys)
         values.narrow(2, start, end - start).copy_(value)
+        queries = queries.to(keys.dtype)
         return grouped_attention(queries, keys.narrow(2, 0, end), values.narrow(2, 0, end), key_bias, scale)
 
     def _queries_keys_values(self, attention: nn.Module, normed: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
@@ -137,8 +141,17 @@ def grouped_attention(queries: Tensor, keys: Tensor, values: Tensor, key_bias: T
 
 
 # Fusing copies the projection weights once per sampling call; worth it only while the matrices are small
-# (per-call overhead dominates), and never at the price of a large second copy of the model.
+# (per-call overhead dominates), and never at the price of a large second copy of the model. Copies in a
+# lower autocast dtype are not counted: autocast would make (and keep for the step) the same bf16 copies.
 FUSED_WEIGHTS_MAX_BYTES = 256 * 2**20
+
+
+def sampling_dtype(weights: torch.dtype, device: torch.device) -> torch.dtype:
+    """The dtype the decoder's products run in: autocast's (bf16 under bf16-mixed) for float32 weights inside an
+    autocast region, else the weights' own."""
+    if weights == torch.float32 and torch.is_autocast_enabled(device.type):
+        return torch.get_autocast_dtype(device.type)
+    return weights
 
 
 @dataclass(frozen=True)
@@ -154,26 +167,51 @@ class UnitRMS:
         return cls(torch.tensor(math.sqrt(hidden_size * norm.variance_epsilon), dtype=torch.float32, device=like.device))
 
     def __call__(self, hidden: Tensor) -> Tensor:
-        # computed in float32 and cast back, as the transformers RMSNorm does
+        # computed in float32, as the transformers RMSNorm does; the product that follows casts it
         wide = hidden.float()
-        normed = wide / torch.hypot(torch.linalg.vector_norm(wide, dim=-1, keepdim=True), self.eps_root)
-        return normed.to(hidden.dtype)
+        return wide / torch.hypot(torch.linalg.vector_norm(wide, dim=-1, keepdim=True), self.eps_root)
 
 
 def folded_weight(weight: Tensor, norm: nn.Module) -> Tensor:
-    """weight [out, in] with the preceding RMSNorm's weight and sqrt(in) folded into its columns, transposed
-    to [in, out] (a contiguous right operand is the matrix product's fast case)."""
-    scale = norm.weight * math.sqrt(weight.shape[1])
-    return (weight * scale[None, :]).t().contiguous().detach()
+    """weight [out, in] with the preceding RMSNorm's weight and sqrt(in) folded into its columns."""
+    return weight * (norm.weight * math.sqrt(weight.shape[1]))[None, :]
 
 
-def _product(x: Tensor, weight_t: Tensor, bias: Tensor | None) -> Tensor:
-    return torch.mm(x, weight_t) if bias is None else torch.addmm(bias, x, weight_t)
+@dataclass(frozen=True)
+class Matrix:
+    """A frozen copy of a projection, weight [out, in] in the dtype its products run in.
+
+    A few rows (a decoding step) are multiplied as weight @ x^T, which streams the weight faster on the CPU
+    (products.WEIGHT_FIRST_MAX_ROWS); a prompt's many rows as x @ weight^T.
+    """
+
+    weight: Tensor
+    bias: Tensor | None
+
+    @classmethod
+    def of(cls, weight: Tensor, bias: Tensor | None, dtype: torch.dtype) -> Matrix:
+        copy = weight.detach().to(dtype, copy=True).contiguous()
+        return cls(copy, None if bias is None else bias.detach().to(dtype, copy=True))
+
+    @classmethod
+    def of_linear(cls, module: nn.Module, dtype: torch.dtype) -> Matrix | None:
+        """A plain Linear's copy; None for anything else (LoRA, quantised layers), which runs its own forward."""
+        return cls.of(module.weight, module.bias, dtype) if type(module) is nn.Linear else None
+
+    def __call__(self, x: Tensor) -> Tensor:
+        """x [rows, in] -> [rows, out] in the copy's dtype."""
+        x = x.to(self.weight.dtype)
+        if x.shape[0] <= products.WEIGHT_FIRST_MAX_ROWS and x.device.type == "cpu":
+            product = torch.mm(self.weight, x.t()).t()
+            return product if self.bias is None else product + self.bias
+        if self.bias is None:
+            return torch.mm(x, self.weight.t())
+        return torch.addmm(self.bias, x, self.weight.t())
 
 
-def _projection(module: nn.Module, weight_t: Tensor | None, x: Tensor) -> Tensor:
-    """module(x) through its transposed copy `weight_t`, or its own forward where it has none (LoRA, ...)."""
-    return module(x) if weight_t is None else _product(x, weight_t, module.bias)
+def _apply(module: nn.Module, matrix: Matrix | None, x: Tensor) -> Tensor:
+    """module(x) through its copy, or its own forward where it has none (LoRA, ...)."""
+    return module(x) if matrix is None else matrix(x)
 
 
 def _nbytes(module: nn.Module) -> int:
@@ -184,44 +222,43 @@ def _nbytes(module: nn.Module) -> int:
 @dataclass(frozen=True)
 class FusedLayer:
     """One layer's projections as two matrices: [q, k, rotate_half(q), rotate_half(k), v] and [gate, up],
-    each with its RMSNorm folded in (UnitRMS), and plain output projections transposed.
+    each with its RMSNorm folded in (UnitRMS), and plain output projections copied.
 
     rotate_half is linear in the weights' rows, so the rotary embedding becomes q*cos + q_rot*sin with both
     terms from the same product.
     """
 
     attention_norm: UnitRMS
-    attention_weight: Tensor  # [in, out]
-    attention_bias: Tensor | None
-    output_weight: Tensor | None  # [in, out]; None when o_proj is not a plain Linear
+    attention: Matrix
+    output: Matrix | None  # None when o_proj is not a plain Linear
     mlp_norm: UnitRMS
-    gate_up_weight: Tensor  # [in, out]
-    gate_up_bias: Tensor | None
-    down_weight: Tensor | None  # [in, out]; None when down_proj is not a plain Linear
+    gate_up: Matrix
+    down: Matrix | None  # None when down_proj is not a plain Linear
     query_key_width: int
     head_dim: int
 
     def queries_keys_values(self, hidden: Tensor, rows: int, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
         """hidden [rows * q, H]; cos, sin [rows, q, 1, D]; returns as KVDecoder._queries_keys_values."""
-        projected = _product(self.attention_norm(hidden), self.attention_weight, self.attention_bias)
+        projected = self.attention(self.attention_norm(hidden))
         width = self.query_key_width
         parts = projected.view(rows, -1, projected.shape[-1]).split([width, width, projected.shape[-1] - 2 * width], dim=-1)
         query_key, query_key_rotated_half, value = (part.unflatten(-1, (-1, self.head_dim)) for part in parts)
         rotated = torch.addcmul(query_key * cos, query_key_rotated_half, sin)
         return rotated.transpose(1, 2), value.transpose(1, 2)
 
-    def output(self, o_proj: nn.Module, attended: Tensor) -> Tensor:
-        return _projection(o_proj, self.output_weight, attended)
+    def attention_output(self, o_proj: nn.Module, attended: Tensor) -> Tensor:
+        return _apply(o_proj, self.output, attended)
 
     def mlp(self, mlp: nn.Module, hidden: Tensor) -> Tensor:
         """The gated MLP of the normed hidden [rows * q, H]."""
-        gate, up = _product(self.mlp_norm(hidden), self.gate_up_weight, self.gate_up_bias).chunk(2, dim=-1)
-        return _projection(mlp.down_proj, self.down_weight, _activation(mlp.act_fn, gate) * up)
+        gate, up = self.gate_up(self.mlp_norm(hidden)).chunk(2, dim=-1)
+        return _apply(mlp.down_proj, self.down, _activation(mlp.act_fn, gate) * up)
 
 
-def fused_projections(layers: list[nn.Module], head_dim: int) -> list[FusedLayer] | None:
-    """Fused weights for every layer, or None when a projection is not a plain Linear (LoRA, quantised),
-    the model normalises heads before the rotation (Qwen3), or the copies would be too large."""
+def fused_projections(layers: list[nn.Module], head_dim: int, dtype: torch.dtype | None = None) -> list[FusedLayer] | None:
+    """Fused copies of every layer's weights in `dtype` (the weights' own by default), or None when a projection
+    is not a plain Linear (LoRA, quantised), the model normalises heads before the rotation (Qwen3), or copies
+    in the weights' own dtype would be too large."""
     projections = [
         (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj, layer.mlp.gate_proj, layer.mlp.up_proj)
         for layer in layers
@@ -230,16 +267,18 @@ def fused_projections(layers: list[nn.Module], head_dim: int) -> list[FusedLayer
         return None
     if not all(type(module) is nn.Linear for group in projections for module in group):
         return None
+    weights = layers[0].self_attn.q_proj.weight.dtype
+    dtype = dtype or weights
     # every projection once, and the query and key rows a second time (rotated)
     copied = sum(_nbytes(module) for group in projections for module in group)
     copied += sum(_nbytes(query) + _nbytes(key) for query, key, *_ in projections)
     copied += sum(_nbytes(layer.self_attn.o_proj) + _nbytes(layer.mlp.down_proj) for layer in layers)
-    if copied > FUSED_WEIGHTS_MAX_BYTES:
+    if dtype == weights and copied > FUSED_WEIGHTS_MAX_BYTES:
         return None
-    return [_fuse_layer(layer, head_dim=head_dim) for layer in layers]
+    return [_fuse_layer(layer, head_dim=head_dim, dtype=dtype) for layer in layers]
 
 
-def _fuse_layer(layer: nn.Module, *, head_dim: int) -> FusedLayer:
+def _fuse_layer(layer: nn.Module, *, head_dim: int, dtype: torch.dtype) -> FusedLayer:
     attention, mlp = layer.self_attn, layer.mlp
     q, k, v = attention.q_proj, attention.k_proj, attention.v_proj
 
@@ -249,55 +288,60 @@ def _fuse_layer(layer: nn.Module, *, head_dim: int) -> FusedLayer:
         return torch.cat([-heads[:, half:], heads[:, :half]], dim=1).flatten(0, 1)
 
     def joined(parts: list[Tensor | None]) -> Tensor | None:
-        return None if any(part is None for part in parts) else torch.cat(parts).detach()
+        return None if any(part is None for part in parts) else torch.cat(parts)
 
-    def transposed_if_plain(module: nn.Module) -> Tensor | None:
-        return module.weight.t().contiguous().detach() if type(module) is nn.Linear else None
-
-    query_key_weight = torch.cat([q.weight, k.weight])
-    query_key_bias = joined([q.bias, k.bias])
-    hidden_size = q.weight.shape[1]
-    return FusedLayer(
-        attention_norm=UnitRMS.of(layer.input_layernorm, hidden_size, q.weight),
-        attention_weight=folded_weight(torch.cat([query_key_weight, rotated_half(query_key_weight), v.weight]), layer.input_layernorm),
-        attention_bias=None
-        if query_key_bias is None or v.bias is None
-        else torch.cat([query_key_bias, rotated_half(query_key_bias[:, None])[:, 0], v.bias]).detach(),
-        output_weight=transposed_if_plain(attention.o_proj),
-        mlp_norm=UnitRMS.of(layer.post_attention_layernorm, hidden_size, q.weight),
-        gate_up_weight=folded_weight(torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]), layer.post_attention_layernorm),
-        gate_up_bias=joined([mlp.gate_proj.bias, mlp.up_proj.bias]),
-        down_weight=transposed_if_plain(mlp.down_proj),
-        query_key_width=query_key_weight.shape[0],
-        head_dim=head_dim,
-    )
+    with torch.no_grad():
+        query_key_weight = torch.cat([q.weight, k.weight])
+        query_key_bias = joined([q.bias, k.bias])
+        attention_bias = (
+            None
+            if query_key_bias is None or v.bias is None
+            else torch.cat([query_key_bias, rotated_half(query_key_bias[:, None])[:, 0], v.bias])
+        )
+        attention_weight = torch.cat([query_key_weight, rotated_half(query_key_weight), v.weight])
+        gate_up_weight = torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight])
+        hidden_size = q.weight.shape[1]
+        return FusedLayer(
+            attention_norm=UnitRMS.of(layer.input_layernorm, hidden_size, q.weight),
+            attention=Matrix.of(folded_weight(attention_weight, layer.input_layernorm), attention_bias, dtype),
+            output=Matrix.of_linear(attention.o_proj, dtype),
+            mlp_norm=UnitRMS.of(layer.post_attention_layernorm, hidden_size, q.weight),
+            gate_up=Matrix.of(
+                folded_weight(gate_up_weight, layer.post_attention_layernorm),
+                joined([mlp.gate_proj.bias, mlp.up_proj.bias]),
+                dtype,
+            ),
+            down=Matrix.of_linear(mlp.down_proj, dtype),
+            query_key_width=query_key_weight.shape[0],
+            head_dim=head_dim,
+        )
 
 
 @dataclass(frozen=True)
 class FoldedHead:
     """The final RMSNorm and the LM head as one UnitRMS and one product (the head's own forward when it is
-    not a plain Linear, e.g. a LoRA-adapted head)."""
+    not a plain Linear, e.g. a LoRA-adapted head or the float32 head of bf16-mixed)."""
 
     head: nn.Module
     norm: nn.Module
     unit: UnitRMS
-    weight: Tensor | None
+    matrix: Matrix | None
 
     def __call__(self, hidden: Tensor) -> Tensor:
-        if self.weight is None:
+        if self.matrix is None:
             return self.head(_rms_norm(hidden, self.norm))
-        return _projection(self.head, self.weight, self.unit(hidden))
+        return self.matrix(self.unit(hidden))
 
 
-def folded_head(head: nn.Module, norm: nn.Module) -> FoldedHead:
-    """The head's copy has its own FUSED_WEIGHTS_MAX_BYTES: a large vocabulary runs the head's own forward."""
-    foldable = 0 < _nbytes(head) <= FUSED_WEIGHTS_MAX_BYTES
-    return FoldedHead(
-        head=head,
-        norm=norm,
-        unit=UnitRMS.of(norm, norm.weight.shape[0], norm.weight),
-        weight=folded_weight(head.weight, norm) if foldable else None,
-    )
+def folded_head(head: nn.Module, norm: nn.Module, dtype: torch.dtype | None = None) -> FoldedHead:
+    """The head's copy in `dtype` (its own by default) has its own FUSED_WEIGHTS_MAX_BYTES: a large vocabulary
+    runs the head's own forward."""
+    plain = type(head) is nn.Linear
+    dtype = dtype or (head.weight.dtype if plain else norm.weight.dtype)
+    foldable = plain and (dtype != head.weight.dtype or _nbytes(head) <= FUSED_WEIGHTS_MAX_BYTES)
+    with torch.no_grad():
+        matrix = Matrix.of(folded_weight(head.weight, norm), head.bias, dtype) if foldable else None
+    return FoldedHead(head=head, norm=norm, unit=UnitRMS.of(norm, norm.weight.shape[0], norm.weight), matrix=matrix)
 
 
 def _rms_norm(hidden: Tensor, norm: nn.Module) -> Tensor:
