@@ -75,6 +75,7 @@ INSTALLED_APPS = [
     "django_htmx",
     "template_partials",
     "axes",
+    "ninja",
     "webapp",
     "webapp.accounts",
     "webapp.annotation",

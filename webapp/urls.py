@@ -2,6 +2,7 @@ from django.contrib import admin
 from django.urls import include, path
 
 from webapp import views
+from webapp.api.api import api_urls
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -11,6 +12,7 @@ urlpatterns = [
     path("accounts/", include("webapp.accounts.urls")),
     path("", include("webapp.annotation.urls")),
     path("", include("webapp.experiments.urls")),
+    path("api/v1/", api_urls()),
     path("admin/", admin.site.urls),
 ]
 

@@ -1,0 +1,7 @@
+"""API endpoints: registry."""
+
+from __future__ import annotations
+
+from ninja import Router
+
+router = Router(tags=["registry"])

@@ -1,0 +1,7 @@
+"""API endpoints: runs."""
+
+from __future__ import annotations
+
+from ninja import Router
+
+router = Router(tags=["runs"])
