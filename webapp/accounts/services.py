@@ -1,17 +1,22 @@
-"""Writes for accounts: users with a role, a project's members, one-time passwords.
+"""Writes for accounts: users with a role, a project's members, one-time passwords, API tokens.
 
 A one-time password is generated here, shown once to the researcher on the page that answers the request
 (never redirected to, never put in a message or a log) and stored only as Django's salted hash. We chose that
 over an invite link because this app sends no mail: a link would reach the annotator by the same hand as a
 password, and a password works at once on the login page, which the annotator then changes from the header.
+An API token is shown once the same way, and stored only as its digest (see models.ApiToken).
 """
 
+import hashlib
 import secrets
+from datetime import timedelta
 
 from django.contrib.auth.models import AbstractBaseUser, User
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
+from webapp.accounts.models import ApiToken
 from webapp.accounts.roles import ANNOTATOR, RESEARCHER, grant_role, has_role
 from webapp.annotation.models import Assignment, Project
 
@@ -83,3 +88,66 @@ def member_password_reset(*, project: Project, user: AbstractBaseUser) -> str:
     user.set_password(password)
     user.save(update_fields=["password"])
     return password
+
+
+# API tokens -------------------------------------------------------------------------------------------------
+
+API_TOKEN_PREFIX = "pfl_"
+# 30 random bytes are 40 url-safe characters
+API_TOKEN_BYTES = 30
+API_TOKEN_LENGTH = len(API_TOKEN_PREFIX) + 40
+# what the tokens page shows of a token, after pfl_
+API_TOKEN_PREFIX_CHARS = ApiToken._meta.get_field("prefix").max_length
+API_TOKEN_NAME_MAX_CHARS = ApiToken._meta.get_field("name").max_length
+# last_used_at is a hint for the tokens page, not an audit log: one write a minute per token at most, instead of
+# one per API request.
+API_TOKEN_USE_RESOLUTION = timedelta(minutes=1)
+
+
+def api_token_digest(raw: str) -> str:
+    return hashlib.sha256(raw.encode("utf-8")).hexdigest()
+
+
+def api_token_create(*, user: AbstractBaseUser, name: str) -> tuple[ApiToken, str]:
+    """A new token of `user`; returns its row and the raw token, which is stored nowhere (only its digest)."""
+    name = name.strip()
+    if not name:
+        raise AccountError("Give the token a name: what will use it (a machine, a script)?")
+    if len(name) > API_TOKEN_NAME_MAX_CHARS:
+        raise AccountError(f"A token's name has at most {API_TOKEN_NAME_MAX_CHARS} characters.")
+    if not user.is_active:
+        raise AccountError(f"{user.get_username()} is deactivated and cannot have tokens.")
+    raw = API_TOKEN_PREFIX + secrets.token_urlsafe(API_TOKEN_BYTES)
+    token = ApiToken.objects.create(
+        user=user, name=name, prefix=raw[len(API_TOKEN_PREFIX):][:API_TOKEN_PREFIX_CHARS], digest=api_token_digest(raw)
+    )
+    return token, raw
+
+
+def api_token_revoke(*, token_id: int, user: AbstractBaseUser) -> ApiToken:
+    """Revoke one of `user`'s tokens: the next request with it is refused. Revoking again changes nothing."""
+    token = ApiToken.objects.filter(pk=token_id, user=user).first()
+    if token is None:
+        raise AccountError(f"Token {token_id} is not yours or does not exist.")
+    ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
+    token.refresh_from_db(fields=["revoked_at"])
+    return token
+
+
+def api_token_authenticate(*, raw: str) -> User | None:
+    """The active user whose unrevoked token `raw` is, else None. Looked up by digest, so the comparison that
+    decides is the database's on a hash: its timing says nothing about how close a guess came."""
+    if not raw.startswith(API_TOKEN_PREFIX) or len(raw) != API_TOKEN_LENGTH:
+        return None
+    token = (ApiToken.objects.select_related("user")
+             .filter(digest=api_token_digest(raw), revoked_at__isnull=True).first())
+    if token is None or not token.user.is_active:
+        return None
+    now = timezone.now()
+    due = now - API_TOKEN_USE_RESOLUTION
+    if token.last_used_at is None or token.last_used_at <= due:
+        # conditional, so that many requests at once write it once
+        ApiToken.objects.filter(Q(last_used_at__isnull=True) | Q(last_used_at__lte=due), pk=token.pk).update(
+            last_used_at=now
+        )
+    return token.user

@@ -59,6 +59,7 @@ class ImportFileError(ValueError):
         self.line = line
         # a field named after a key of the file can be as long as a line
         self.field = field_name if len(field_name) <= FIELD_MAX_CHARS else field_name[: FIELD_MAX_CHARS - 1] + "…"
+        self.problem = problem
         super().__init__(f"line {line}, field '{self.field}': {problem}")
 
 
@@ -95,8 +96,14 @@ def iter_import(stream: BinaryIO, *, file_format: str) -> Iterator[ImportRecord]
         raise ImportFileError(0, "file", f"unknown format {file_format!r}; use one of {', '.join(FORMATS)}")
     rows = _jsonl_rows(stream) if file_format == "jsonl" else _csv_rows(stream)
     for line, row in rows:
-        _refuse_unstorable(line, row)
-        yield _record(line, row)
+        yield checked_record(line, row)
+
+
+def checked_record(line: int, row: dict) -> ImportRecord:
+    """One row (a JSON object, or a CSV row read as one) checked as a file's row is: its record, or
+    ImportFileError naming `line` and the field. The API checks the records of a JSON body with it."""
+    _refuse_unstorable(line, row)
+    return _record(line, row)
 
 
 def parse_import(data: bytes, *, file_format: str) -> list[ImportRecord]:

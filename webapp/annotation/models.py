@@ -64,6 +64,7 @@ class Response(models.Model):
         IMPORTED = "imported", "Imported"
         MODEL = "model", "Sampled from a model"
         RUN = "run", "Sampled from a run"
+        API = "api", "Added through the API"
 
     prompt = models.ForeignKey(Prompt, on_delete=models.CASCADE, related_name="responses")
     text = models.TextField()

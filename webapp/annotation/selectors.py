@@ -8,11 +8,12 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.db.models import Count, Exists, OuterRef, Q, QuerySet
+from django.db.models import Count, Exists, OuterRef, Prefetch, Q, QuerySet
 from django.utils import timezone
 
 from webapp.accounts.roles import is_researcher
 from webapp.annotation import agreement
+from webapp.annotation.exporting import conversational_rows
 from webapp.annotation.models import (
     Assignment,
     ImportJob,
@@ -263,6 +264,16 @@ def project_has_conversations(*, project_id: int) -> bool:
     )
 
 
+def _exportable_pairs(project_id: int) -> QuerySet[PreferencePair]:
+    # Pairs stored before empty responses were left out of pairs may still hold one: never export them.
+    return (
+        PreferencePair.objects.filter(project_id=project_id)
+        .exclude(chosen__text__regex=BLANK_TEXT_REGEX)
+        .exclude(rejected__text__regex=BLANK_TEXT_REGEX)
+        .order_by("id")
+    )
+
+
 def pair_rows(*, project_id: int, strategy: str = "all") -> Iterator[dict]:
     """TRL rows {prompt, chosen, rejected, weight, margin, ranking_id, annotator}, streamed from the database:
     conversational (prompt = its messages, chosen/rejected = one assistant message each) when the prompt is a
@@ -271,13 +282,7 @@ def pair_rows(*, project_id: int, strategy: str = "all") -> Iterator[dict]:
     "all" reads the stored pairs; the other strategies derive pairs from each ranking on the way; imported
     pairs are part of every strategy. No pair involves an empty (whitespace-only) response.
     """
-    # Pairs stored before empty responses were left out of pairs may still hold one: never export them.
-    stored = (
-        PreferencePair.objects.filter(project_id=project_id)
-        .exclude(chosen__text__regex=BLANK_TEXT_REGEX)
-        .exclude(rejected__text__regex=BLANK_TEXT_REGEX)
-        .order_by("id")
-    )
+    stored = _exportable_pairs(project_id)
     if strategy != "all":
         stored = stored.filter(ranking__isnull=True)
     chat_sampled = chat_sampled_prompt_ids(project_id=project_id)
@@ -303,6 +308,28 @@ def pair_rows(*, project_id: int, strategy: str = "all") -> Iterator[dict]:
                    "annotator": ranking.annotator.get_username()}
 
 
+def pair_count(*, project_id: int, strategy: str = "all") -> int:
+    """How many rows `pair_rows` yields: counted by the database for the stored pairs, by deriving them for the
+    other strategies."""
+    if strategy == "all":
+        return _exportable_pairs(project_id).count()
+    return sum(1 for _ in pair_rows(project_id=project_id, strategy=strategy))
+
+
+def pair_export_rows(*, project_id: int, strategy: str = "all", conversational: bool | None = None) -> Iterator[dict]:
+    """The rows of the pairs' JSONL export, the page's and the API's: all in TRL's conversational format when the
+    project holds any conversation (or `conversational` says so), else as `pair_rows` yields them."""
+    if conversational is None:
+        conversational = project_has_conversations(project_id=project_id)
+    rows = pair_rows(project_id=project_id, strategy=strategy)
+    return conversational_rows(rows) if conversational else rows
+
+
+def ranking_count(*, project_id: int) -> int:
+    """How many rows `ranking_rows` yields."""
+    return Ranking.objects.filter(prompt__project_id=project_id).count()
+
+
 def ranking_rows(*, project_id: int) -> Iterator[dict]:
     """The raw rankings: tiers of response texts (best first) with ids, flags, rationale and time."""
     rankings = (
@@ -324,6 +351,12 @@ def ranking_rows(*, project_id: int) -> Iterator[dict]:
             "seconds_spent": ranking.seconds_spent,
             "created_at": ranking.created_at.isoformat(),
         }
+
+
+def project_prompts(*, project_id: int) -> QuerySet[Prompt]:
+    """A project's prompts, oldest first, each with its responses in the order they were added."""
+    responses = Prefetch("responses", queryset=Response.objects.order_by("id"))
+    return Prompt.objects.filter(project_id=project_id).order_by("id").prefetch_related(responses)
 
 
 def preference_pairs_for_training(*, project_id: int, strategy: str = "all") -> list[dict]:

@@ -410,7 +410,8 @@ def project_export(request: HttpRequest, project_id: int, kind: str) -> HttpResp
     pairs = selectors.pair_rows(project_id=project.pk, strategy=strategy)
     conversational = selectors.project_has_conversations(project_id=project.pk)
     if kind == "pairs.jsonl":
-        rows = exporting.conversational_rows(pairs) if conversational else pairs
+        # the API's pair export reads the same rows
+        rows = selectors.pair_export_rows(project_id=project.pk, strategy=strategy, conversational=conversational)
         return _stream(exporting.jsonl_lines(rows), f"{stem}-pairs.jsonl", "application/x-ndjson")
     if kind == "pairs.csv":
         return _stream(exporting.csv_lines(pairs), f"{stem}-pairs.csv", "text/csv")

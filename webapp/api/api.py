@@ -6,11 +6,15 @@ views stay thin: parse with a schema, authorise, call a service or a selector.
 
 from __future__ import annotations
 
+from django.http import HttpRequest, HttpResponse
+from django.http.request import RawPostDataException
 from django.urls import URLPattern
 from ninja import NinjaAPI
+from ninja.errors import ValidationError
 
 from webapp.api import data, external, projects, registry, runs
 from webapp.api.auth import TokenAuth
+from webapp.api.schemas import refusal_text
 
 api = NinjaAPI(
     title="Preflab API",
@@ -19,6 +23,23 @@ api = NinjaAPI(
     auth=TokenAuth(),
     docs_url="/docs",
 )
+
+
+@api.exception_handler(ValidationError)
+def refused_input(request: HttpRequest, error: ValidationError) -> HttpResponse:
+    """A 422 says what was refused and where in one string, as every refusal of the API does."""
+    return api.create_response(request, {"detail": refusal_text(error.errors)}, status=422)
+
+
+@api.exception_handler(RawPostDataException)
+def body_not_json(request: HttpRequest, error: RawPostDataException) -> HttpResponse:
+    """A form (multipart) body was parsed already, by webapp.uploads' size check: the endpoint reads JSON."""
+    return api.create_response(
+        request, {"detail": f"body: send JSON (Content-Type: application/json), not {request.content_type}"},
+        status=415,
+    )
+
+
 api.add_router("/projects", projects.router)
 api.add_router("/", data.router)
 api.add_router("/models", registry.router)

@@ -1,7 +1,119 @@
-"""API endpoints: external."""
+"""API endpoints: external runs — runs a program outside Preflab logs into the same dashboards.
+
+An external run is created running (POST /runs/external), takes rows, samples and heartbeats from its program
+while it runs, and ends when the program finishes it; the reconcile task fails it when the heartbeats stop.
+Writes are idempotent, so a client may retry any request: rows by (run, step) — a row for a stored step merges
+its metrics in, and a row equal to the stored one writes nothing (`written` counts the steps that changed) —
+and samples by the client's batch id. A write to a run that is no longer running is a 409, except a replay
+(rows equal to the stored ones, a batch id already applied, the same finish again), which answers as the first
+time did, with `written: 0`.
+"""
 
 from __future__ import annotations
 
-from ninja import Router
+from typing import Any
 
-router = Router(tags=["external"])
+from django.core.exceptions import ValidationError
+from django.http import HttpRequest, HttpResponse
+from ninja import Field, Router, Schema, Status
+from ninja.errors import HttpError
+
+from webapp.api import runs
+from webapp.api.auth import researcher_only
+from webapp.experiments import services
+
+router = Router(tags=["external runs"])
+
+
+class ExternalRunIn(Schema):
+    name: str
+    config: dict[str, Any] = Field(default_factory=dict, description="Any JSON object: shown and compared, "
+                                   "never validated.")
+    project_id: int | None = Field(None, description="The project whose data the run trains on, if any.")
+    total_steps: int | None = Field(None, description="For the progress bar and the ETA.")
+
+
+class LogIn(Schema):
+    rows: list[Any] = Field(description='[{"step": int, "metrics": {name: float | null | "nan" | "inf" | "-inf"}, '
+                                        '"wall_time"?: float, "tokens_seen"?: int}]; null: no value at this step')
+
+
+class SamplesIn(Schema):
+    batch_id: str = Field(description="An id the client makes (a UUID): a batch sent again is written once.")
+    samples: list[Any] = Field(description='[{"step": int, "prompt": str, "completion": str, "rewards"?: '
+                                           '{name: float}, "advantage"?: float}]')
+
+
+class FinishIn(Schema):
+    status: str = Field(description='"succeeded", "failed" or "canceled"')
+    error: str = ""
+
+
+class WrittenOut(Schema):
+    written: int
+
+
+def _written(write: Any) -> dict[str, int]:
+    """Run a service write: its refusals as the API's answers (422 for the input, 409 for the run's state)."""
+    try:
+        return {"written": write()}
+    except ValidationError as error:
+        raise runs.refusal(error) from None
+    except services.RunWriteRefused as error:
+        raise HttpError(409, str(error)) from None
+
+
+@router.post("/external", response={201: runs.RunOut}, summary="Create an external run")
+@researcher_only
+def external_run_create(request: HttpRequest, body: ExternalRunIn) -> Status:
+    """Running from now, with its heartbeat; never queued to a worker."""
+    try:
+        run = services.external_run_create(name=body.name, config=body.config, created_by=request.user,
+                                           project_id=body.project_id, total_steps=body.total_steps)
+    except ValidationError as error:
+        raise runs.refusal(error) from None
+    return Status(201, runs.run_out(request, run))
+
+
+@router.post("/{int:run_id}/log", response=WrittenOut, summary="Log metric rows of an external run")
+@researcher_only
+def external_metrics_log(request: HttpRequest, run_id: int, body: LogIn) -> dict[str, int]:
+    run = runs.run_or_404(run_id)
+    return _written(lambda: services.external_metrics_log(run_id=run.pk, rows=body.rows))
+
+
+# On the runs router: GET /runs/{id}/samples is there, and one path's methods must share one router (a second
+# router's pattern for the same path would never be reached).
+@runs.router.post("/{int:run_id}/samples", response=WrittenOut, tags=["external runs"],
+                  summary="Log a batch of samples of an external run")
+@researcher_only
+def external_samples_log(request: HttpRequest, run_id: int, body: SamplesIn) -> dict[str, int]:
+    run = runs.run_or_404(run_id)
+    return _written(lambda: services.external_samples_log(run_id=run.pk, batch_id=body.batch_id,
+                                                          samples=body.samples))
+
+
+@router.post("/{int:run_id}/heartbeat", response={204: None}, summary="The external run's program is alive")
+@researcher_only
+def external_run_heartbeat(request: HttpRequest, run_id: int) -> HttpResponse:
+    """Logging rows or samples beats too; a program that logs seldom beats in between, within
+    PREFLAB_HEARTBEAT_TIMEOUT_S."""
+    run = runs.run_or_404(run_id)
+    try:
+        services.external_run_heartbeat(run_id=run.pk)
+    except services.RunWriteRefused as error:
+        raise HttpError(409, str(error)) from None
+    return HttpResponse(status=204)
+
+
+@router.post("/{int:run_id}/finish", response=runs.RunOut, summary="Finish an external run")
+@researcher_only
+def external_run_finish(request: HttpRequest, run_id: int, body: FinishIn) -> dict[str, Any]:
+    run = runs.run_or_404(run_id)
+    try:
+        run = services.external_run_finish(run_id=run.pk, status=body.status, error=body.error)
+    except ValidationError as error:
+        raise runs.refusal(error) from None
+    except services.RunWriteRefused as error:
+        raise HttpError(409, str(error)) from None
+    return runs.run_out(request, run)

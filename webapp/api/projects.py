@@ -1,7 +1,182 @@
-"""API endpoints: projects."""
+"""API endpoints: projects, their progress and agreement, their members (researchers only)."""
 
 from __future__ import annotations
 
-from ninja import Router
+from datetime import datetime
+from typing import Literal
+
+from django.contrib.auth.models import User
+from django.db import IntegrityError
+from django.http import HttpRequest
+from ninja import Field, Query, Router, Schema
+from ninja.errors import HttpError
+from ninja.responses import Status
+from pydantic import field_validator
+
+from webapp.accounts import selectors as account_selectors
+from webapp.accounts import services as account_services
+from webapp.annotation import selectors, services
+from webapp.annotation.models import Project
+from webapp.api.auth import researcher_only
+from webapp.api.schemas import Detail, Page, PageQuery, page_of
+from webapp.text import NUL
 
 router = Router(tags=["projects"])
+
+# the model's PositiveSmallIntegerField
+SMALL_INT_MAX = 32767
+NAME_MAX_CHARS = Project._meta.get_field("name").max_length
+
+
+class ProjectOut(Schema):
+    id: int
+    name: str
+    mode: str
+    guidelines: str
+    responses_per_item: int
+    annotators_per_item: int
+    created_at: datetime
+
+
+class ProjectIn(Schema):
+    name: str = Field(..., min_length=1, max_length=NAME_MAX_CHARS)
+    guidelines: str = ""
+    mode: Literal["ranking", "pairwise"] = "ranking"
+    responses_per_item: int = Field(4, ge=2, le=SMALL_INT_MAX)
+    annotators_per_item: int = Field(1, ge=1, le=SMALL_INT_MAX)
+    lease_minutes: int = Field(30, ge=1, le=SMALL_INT_MAX)
+
+    @field_validator("name")
+    @classmethod
+    def name_is_text(cls, value: str) -> str:
+        value = value.strip()
+        if not value:
+            raise ValueError("is empty (or only whitespace)")
+        if NUL in value:
+            raise ValueError("holds a NUL character (\\u0000)")
+        return value
+
+    @field_validator("guidelines")
+    @classmethod
+    def guidelines_storable(cls, value: str) -> str:
+        if NUL in value:
+            raise ValueError("holds a NUL character (\\u0000)")
+        return value
+
+
+class Progress(Schema):
+    items: int = Field(..., description="Items open to annotation (two responses or more).")
+    done: int = Field(..., description="Items with all the rankings they need (the overlap).")
+    remaining: int
+    in_progress: int = Field(..., description="Items leased to someone right now.")
+    rankings: int
+    wanted: int = Field(..., description="Rankings wanted in all: items × annotators per item.")
+    percent: int
+
+
+class AnnotatorAgreement(Schema):
+    username: str
+    rankings: int
+    skips: int
+    all_bad: int
+    median_seconds: float | None
+    agreement_with_majority: float | None
+
+
+class Agreement(Schema):
+    shared_items: int = Field(..., description="Items ranked by two annotators or more: what the figures use.")
+    kendall_tau: float | None = Field(..., description="Mean Kendall's tau-b between annotators per item.")
+    pairwise_agreement: float | None
+    krippendorff_alpha: float | None = Field(..., description="Krippendorff's alpha (ordinal) over the project.")
+    annotators: list[AnnotatorAgreement]
+
+
+class ProjectDetail(ProjectOut):
+    progress: Progress
+    agreement: Agreement
+
+
+class Member(Schema):
+    username: str
+    role: str
+
+
+class MemberIn(Schema):
+    username: str = Field(..., min_length=1, max_length=150)
+
+
+def project_or_404(project_id: int) -> Project:
+    project = Project.objects.filter(pk=project_id).first()
+    if project is None:
+        raise HttpError(404, f"project {project_id} does not exist")
+    return project
+
+
+@router.get("", response=Page[ProjectOut], summary="List projects")
+@researcher_only
+def project_list(request: HttpRequest, paging: Query[PageQuery]) -> dict:
+    projects = selectors.projects_visible_to(request.auth).order_by("-created_at", "-id")
+    return page_of(projects, paging=paging)
+
+
+@router.post("", response={201: ProjectOut, 409: Detail}, summary="Create a project")
+@researcher_only
+def project_create(request: HttpRequest, payload: ProjectIn) -> Status:
+    try:
+        project = services.project_create(**payload.dict())
+    except IntegrityError:
+        raise HttpError(409, f"name: a project named {payload.name!r} exists already") from None
+    return Status(201, project)
+
+
+@router.get("/{project_id}", response={200: ProjectDetail, 404: Detail}, summary="A project, its progress and agreement")
+@researcher_only
+def project_detail(request: HttpRequest, project_id: int) -> dict:
+    project = project_or_404(project_id)
+    progress = selectors.project_progress(project)
+    return {
+        **{name: getattr(project, name) for name in ProjectOut.model_fields},
+        "progress": {"items": progress.items, "done": progress.done, "remaining": progress.remaining,
+                     "in_progress": progress.in_progress, "rankings": progress.rankings, "wanted": progress.wanted,
+                     "percent": progress.percent},
+        "agreement": {"shared_items": progress.shared_items, "kendall_tau": progress.tau,
+                      "pairwise_agreement": progress.pairwise_agreement, "krippendorff_alpha": progress.alpha,
+                      "annotators": progress.annotators},
+    }
+
+
+@router.get("/{project_id}/members", response={200: list[Member], 404: Detail}, summary="A project's members")
+@researcher_only
+def member_list(request: HttpRequest, project_id: int) -> list:
+    return account_selectors.project_members(project_or_404(project_id))
+
+
+@router.post("/{project_id}/members", response={201: Member, 404: Detail, 409: Detail}, summary="Add a member")
+@researcher_only
+def member_add(request: HttpRequest, project_id: int, payload: MemberIn) -> Status:
+    project = project_or_404(project_id)
+    user = _user_or_404(payload.username)
+    try:
+        account_services.project_member_add(project=project, user=user)
+    except account_services.AccountError as error:
+        raise HttpError(409, f"username: {error}") from None
+    member = next(row for row in account_selectors.project_members(project) if row.user_id == user.pk)
+    return Status(201, member)
+
+
+@router.delete("/{project_id}/members/{username}", response={204: None, 404: Detail}, summary="Remove a member")
+@researcher_only
+def member_remove(request: HttpRequest, project_id: int, username: str) -> Status:
+    project = project_or_404(project_id)
+    user = _user_or_404(username)
+    if not project.members.filter(pk=user.pk).exists():
+        raise HttpError(404, f"{username} is not a member of project {project_id}")
+    account_services.project_member_remove(project=project, user=user)
+    return Status(204, None)
+
+
+def _user_or_404(username: str) -> User:
+    user = User.objects.filter(username=username).first()
+    if user is None:
+        raise HttpError(404, f"username: no user is named {username!r}")
+    return user

@@ -19,10 +19,18 @@ class AlertThresholds:
 
     @classmethod
     def of(cls, config: Mapping[str, Any]) -> AlertThresholds:
+        """Our runs' configs are validated; an external run's config is whatever its program sent, so a value
+        that is not a finite number there leaves the default."""
         return cls(
-            kl_above=float(config.get("alert_kl_above", DEFAULT_ALERT_KL_ABOVE)),
-            entropy_below=float(config.get("alert_entropy_below", DEFAULT_ALERT_ENTROPY_BELOW)),
+            kl_above=_threshold(config.get("alert_kl_above"), DEFAULT_ALERT_KL_ABOVE),
+            entropy_below=_threshold(config.get("alert_entropy_below"), DEFAULT_ALERT_ENTROPY_BELOW),
         )
+
+
+def _threshold(value: Any, default: float) -> float:
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return default
 
 
 def alerts_for(step: int, metrics: Mapping[str, float], thresholds: AlertThresholds) -> list[dict[str, Any]]:

@@ -7,6 +7,8 @@ from trainer.kinds import KINDS
 
 # The config fields of a run that name a model (a ModelRef's path).
 MODEL_FIELDS = ("model", "reference_model", "reward_model", "critic_model")
+# A run logged through the API by a program outside Preflab: no trainer kind, no config class, never queued.
+EXTERNAL_KIND = "external"
 
 
 class ModelRef(models.Model):
@@ -43,8 +45,12 @@ class ModelRef(models.Model):
 
 
 class Run(models.Model):
-    # The choices come from the trainer's one list of kinds (trainer/kinds.py), e.g. Run.Kind.GRPO == "grpo".
-    Kind = models.TextChoices("Kind", [(kind.name.upper(), (kind.name, kind.label)) for kind in KINDS.values()])
+    # The choices come from the trainer's one list of kinds (trainer/kinds.py), e.g. Run.Kind.GRPO == "grpo",
+    # plus the one kind the trainer knows nothing of: a run an outside program logs (Run.Kind.EXTERNAL).
+    Kind = models.TextChoices("Kind", [
+        *((kind.name.upper(), (kind.name, kind.label)) for kind in KINDS.values()),
+        (EXTERNAL_KIND.upper(), (EXTERNAL_KIND, "external (logged through the API)")),
+    ])
 
     class Status(models.TextChoices):
         QUEUED = "queued"
@@ -86,6 +92,11 @@ class Run(models.Model):
     def is_active(self) -> bool:
         return self.status in (self.Status.QUEUED, self.Status.RUNNING)
 
+    @property
+    def is_external(self) -> bool:
+        """Logged by a program outside Preflab: it cannot be launched, resumed or forked here."""
+        return self.kind == EXTERNAL_KIND
+
 
 class MetricRow(models.Model):
     """One logged step. Non-finite values are stored as the strings "NaN", "Infinity", "-Infinity"."""
@@ -120,3 +131,19 @@ class Sample(models.Model):
 
     def __str__(self) -> str:
         return f"run {self.run_id} step {self.step} sample {self.pk}"
+
+
+class SampleBatch(models.Model):
+    """A batch of samples an external run's client sent, by the id the client gave it: a batch sent again (a
+    retried request) is recognised and written once. Stored in the same transaction as its samples."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="sample_batches")
+    batch_id = models.CharField(max_length=100)
+    sample_count = models.PositiveIntegerField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "batch_id"], name="sample_batch_unique_id")]
+
+    def __str__(self) -> str:
+        return f"run {self.run_id} sample batch {self.batch_id}"

@@ -22,14 +22,23 @@ from trainer.config import PRESETS, Preset, with_preset
 from trainer.kinds import KINDS
 from trainer.sink import decode_json_value
 from webapp.experiments.downsampling import Series, downsample
-from webapp.experiments.models import MODEL_FIELDS, MetricRow, ModelRef, Run, Sample
+from webapp.experiments.models import EXTERNAL_KIND, MODEL_FIELDS, MetricRow, ModelRef, Run, Sample
 from webapp.text import counted
 
 X_AXES = ("step", "wall_time", "tokens_seen")
 
+# An external run's key metric in the run list: the first of these it logged (it has no trainer kind).
+EXTERNAL_KEY_METRICS = ("eval/accuracy", "reward/mean", "loss")
+
+
 def launchable_kinds() -> list[str]:
-    """Run kinds registered in the trainer (trainer/kinds.py), in its order."""
+    """Run kinds registered in the trainer (trainer/kinds.py), in its order: an external run is not launched here."""
     return list(KINDS)
+
+
+def run_kind_choices() -> list[tuple[str, str]]:
+    """(value, label) of every kind a run can have, for filtering: the trainer's kinds and external runs."""
+    return list(Run.Kind.choices)
 
 
 def launch_presets(kind: str, parent: Run | None) -> dict[str, Preset]:
@@ -147,7 +156,7 @@ def run_summaries(runs: Iterable[Run]) -> list[RunSummary]:
         if row is not None:
             metrics = decode_json_value(row.metrics)
             kind = KINDS.get(run.kind)
-            for candidate in kind.key_metrics if kind else ("loss",):
+            for candidate in kind.key_metrics if kind else EXTERNAL_KEY_METRICS:
                 if candidate in metrics:
                     name, value = candidate, _format_value(metrics[candidate])
                     break
@@ -179,6 +188,7 @@ class DataSourceText:
 
 
 PROJECT_SOURCE_WORDS = {"project_pairs": "preference pairs", "project_prompts": "prompts"}
+EXTERNAL_SOURCE_WORDS = "Logged through the API by a program outside Preflab"
 
 
 def data_source_text(source: Mapping[str, Any]) -> DataSourceText:
@@ -192,12 +202,23 @@ def data_source_text(source: Mapping[str, Any]) -> DataSourceText:
         return DataSourceText(f"Upload: {name}" + (f", {counted(rows, 'row')}" if isinstance(rows, int) else ""))
     if source_type in PROJECT_SOURCE_WORDS:
         project_id = source.get("project_id")
-        name = (apps.get_model("annotation", "Project").objects.filter(pk=project_id)
-                .values_list("name", flat=True).first())
+        name = _project_name(project_id)
         if name is None:
             return DataSourceText(f"Project #{project_id} (deleted): {PROJECT_SOURCE_WORDS[source_type]}")
         return DataSourceText(f"Project «{name}»: {PROJECT_SOURCE_WORDS[source_type]}", project_id)
+    if source_type == EXTERNAL_KIND:
+        project_id = source.get("project_id")
+        if project_id is None:
+            return DataSourceText(EXTERNAL_SOURCE_WORDS)
+        name = _project_name(project_id)
+        if name is None:
+            return DataSourceText(f"{EXTERNAL_SOURCE_WORDS}, on project #{project_id} (deleted)")
+        return DataSourceText(f"{EXTERNAL_SOURCE_WORDS}, on project «{name}»", project_id)
     return DataSourceText(", ".join(f"{key} {value}" for key, value in source.items()))
+
+
+def _project_name(project_id: Any) -> str | None:
+    return apps.get_model("annotation", "Project").objects.filter(pk=project_id).values_list("name", flat=True).first()
 
 
 def run_checkpoints(*, run: Run) -> QuerySet[ModelRef]:
@@ -426,3 +447,55 @@ def _flatten(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             flat[name] = value
     return flat
+
+
+# How the API spells a stored non-finite value (JSON has no NaN): the words a client may send back.
+API_NONFINITE = {"NaN": "nan", "Infinity": "inf", "-Infinity": "-inf"}
+METRIC_ROWS_PAGE_MAX = 1000
+
+
+def api_json_value(value: Any) -> Any:
+    """A stored metric value (or a dict or list of them) as the API shows it: non-finite as "nan", "inf", "-inf"."""
+    if isinstance(value, str):
+        return API_NONFINITE.get(value, value)
+    if isinstance(value, dict):
+        return {key: api_json_value(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [api_json_value(item) for item in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    return value
+
+
+@dataclass(frozen=True)
+class MetricRowsPage:
+    """Every logged row after a step, in step order (not downsampled); `next_after_step` is where the next page
+    starts, None when these were the last."""
+
+    rows: list[dict[str, Any]]
+    next_after_step: int | None
+
+
+def metric_rows_page(*, run_id: int, after_step: int | None = None, limit: int = METRIC_ROWS_PAGE_MAX) -> MetricRowsPage:
+    """Up to `limit` of the run's rows after `after_step` (from the first when None), values JSON-safe."""
+    limit = max(1, min(limit, METRIC_ROWS_PAGE_MAX))
+    rows = MetricRow.objects.filter(run_id=run_id).order_by("step")
+    if after_step is not None:
+        rows = rows.filter(step__gt=after_step)
+    fetched = list(rows.values_list("step", "wall_time", "tokens_seen", "metrics")[: limit + 1])
+    page = [
+        {"step": step, "wall_time": wall_time, "tokens_seen": tokens_seen, "metrics": api_json_value(metrics)}
+        for step, wall_time, tokens_seen, metrics in fetched[:limit]
+    ]
+    return MetricRowsPage(page, page[-1]["step"] if len(fetched) > limit else None)
+
+
+def run_samples_list(*, run_id: int, step: int | None = None) -> QuerySet[Sample]:
+    """The run's samples in step order (of one step when given)."""
+    samples = Sample.objects.filter(run_id=run_id).order_by("step", "id")
+    return samples.filter(step=step) if step is not None else samples
+
+
+def sample_api_row(sample: Sample) -> dict[str, Any]:
+    return {"step": sample.step, "prompt": sample.prompt, "completion": sample.completion,
+            "rewards": api_json_value(sample.rewards), "advantage": api_json_value(sample.advantage)}

@@ -63,7 +63,7 @@ def run_list(request: HttpRequest, *, rows_only: bool = False) -> HttpResponse:
     reload keeps them. Stale runs are failed by the periodic task, never by a read."""
     context = _run_rows_context(request)
     if not (rows_only or request.htmx):
-        context.update(statuses=Run.Status.choices, kinds=[(kind, kind) for kind in selectors.launchable_kinds()])
+        context.update(statuses=Run.Status.choices, kinds=[(kind, kind) for kind, _ in selectors.run_kind_choices()])
         return render(request, "experiments/run_list.html", context)
     response = render(request, "experiments/run_list.html#rows", context)
     if request.htmx and request.htmx.trigger == "run-filters":
@@ -82,6 +82,9 @@ def run_launch(request: HttpRequest) -> HttpResponse:
             return HttpResponseBadRequest(f"fork: a run number is expected, not {fork[:40]!r}",
                                           content_type="text/plain; charset=utf-8")
         parent = get_object_or_404(Run, pk=parent_id)
+        if parent.is_external:
+            return HttpResponseBadRequest(f"run #{parent.pk} is an external run, logged by its own program: it has "
+                                          "no config to fork", content_type="text/plain; charset=utf-8")
     kinds = selectors.launchable_kinds()
     kind = request.GET.get("kind") or (parent.kind if parent else kinds[0])
     if kind not in kinds:

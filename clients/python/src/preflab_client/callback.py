@@ -1,0 +1,208 @@
+"""`PreflabCallback`: a transformers `TrainerCallback` that logs a Trainer's (or a TRL trainer's) run to Preflab.
+
+    from preflab_client import PreflabCallback
+    trainer = GRPOTrainer(..., callbacks=[PreflabCallback(url, token)])
+
+- on_train_begin: an external run named after the run (args.run_name, else the output directory), its config
+  the TrainingArguments (`to_dict()`, tokens masked by transformers) with the model's name, and max_steps as
+  its total steps;
+- on_log: every logged value at state.global_step under Preflab's names (preflab_client.metric_names), and
+  what a TRL GRPO-style trainer generated since the last log (its `_logs` of prompts, completions, rewards per
+  function and advantages, which TRL 1.16 keeps whether or not `log_completions` is set) as samples;
+- Cancel on the run's page stops training at the end of the current step (control.should_training_stop);
+- on_train_end: the run succeeds (or is canceled, when it was stopped from Preflab).
+
+A failure: transformers has no callback event for an exception. The callback wraps the trainer's
+`training_step` (where the forward, backward, generation and reward functions run), so an exception there
+fails the run with its text before it propagates. An exception elsewhere (the data loader, another callback)
+is seen only when the program ends: the run is then failed as "ended before training finished". A program
+that catches such an exception and goes on (a notebook) should call `callback.run.fail(message)` itself.
+"""
+
+from __future__ import annotations
+
+import atexit
+import inspect
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from transformers import TrainerCallback
+
+from preflab_client.client import Client
+from preflab_client.metric_names import preflab_metrics
+from preflab_client.runs import FINISH_TIMEOUT, ExternalRun
+
+logger = logging.getLogger("preflab_client")
+
+
+class PreflabCallback(TrainerCallback):
+    def __init__(
+        self,
+        url: str | None = None,
+        token: str | None = None,
+        *,
+        name: str | None = None,
+        project_id: int | None = None,
+        config: Mapping[str, Any] | None = None,
+        samples: bool = True,
+        client: Client | None = None,
+        finish_timeout: float = FINISH_TIMEOUT,
+    ) -> None:
+        """url / token default to PREFLAB_URL / PREFLAB_TOKEN. `config` adds fields to the run's config;
+        `samples=False` leaves TRL's completions out."""
+        self._owns_client = client is None
+        self.client = client if client is not None else Client(url, token)
+        self.name = name
+        self.project_id = project_id
+        self.extra_config = dict(config or {})
+        self.samples = samples
+        self.finish_timeout = finish_timeout
+        self.run: ExternalRun | None = None
+        self.trainer: Any = None
+        self._stopped_from_preflab = False
+        self._last_completions: int | None = None
+
+    def __repr__(self) -> str:
+        return f"PreflabCallback(url={self.client.url!r}, run={self.run!r})"
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        if not state.is_world_process_zero:
+            return
+        if self.run is not None and not self.run.finished:
+            self.run.fail("training began again before the previous training ended (did it raise?)",
+                          timeout=self.finish_timeout)
+        self.trainer = find_trainer(self)
+        config = {**args.to_dict(), "model": model_name(model), **self.extra_config}
+        if self.trainer is not None:
+            config.setdefault("trainer", type(self.trainer).__name__)
+        name = self.name or args.run_name or Path(args.output_dir or "").name or "transformers run"
+        try:
+            self.run = self.client.init_run(name, config=config, project_id=self.project_id,
+                                            total_steps=state.max_steps or None)
+        except Exception as error:  # reporting must not stop the training
+            logger.error("preflab: could not start a run on %s (%s); training goes on without reporting to it",
+                         self.client.url, error)
+            self.run = None
+            return
+        logger.info("preflab: logging to run %d: %s", self.run.id, self.run.url or self.client.url)
+        self._stopped_from_preflab = False
+        self._last_completions = None
+        if self.trainer is not None:
+            _wrap_training_step(self.trainer, self._training_raised)
+        atexit.register(self._at_exit)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if self.run is None or not state.is_world_process_zero:
+            return
+        try:
+            logs = dict(logs or {})
+            tokens = logs.get("num_tokens", logs.get("num_input_tokens_seen"))
+            self.run.log(preflab_metrics(logs), step=state.global_step,
+                         tokens_seen=int(tokens) if isinstance(tokens, int | float) else None)
+            if self.samples:
+                self._log_completions(state.global_step)
+        except Exception as error:
+            logger.warning("preflab: could not log step %d: %s", state.global_step, error)
+        self._stop_if_asked(control)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self._stop_if_asked(control)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.run is None or self.run.finished:
+            return
+        if self.trainer is not None:
+            _unwrap_training_step(self.trainer)
+        self._end_run("canceled" if self._stopped_from_preflab else "succeeded")
+
+    def _stop_if_asked(self, control) -> None:
+        if self.run is not None and self.run.should_stop and not control.should_training_stop:
+            logger.info("preflab: run %d was canceled on Preflab; training stops after this step", self.run.id)
+            self._stopped_from_preflab = True
+            control.should_training_stop = True
+
+    def _log_completions(self, step: int) -> None:
+        """TRL's latest generation batch as samples, once: its `_logs` keep the last batch until the next
+        generation, so a log without a new generation in between finds the same batch again."""
+        logs = getattr(self.trainer, "_logs", None)
+        if not isinstance(logs, Mapping) or not logs.get("prompt"):
+            return
+        prompts, completions = list(logs["prompt"]), list(logs.get("completion", ()))
+        advantages = list(logs.get("advantages", ()))
+        rewards = {str(name): list(values) for name, values in (logs.get("rewards") or {}).items()}
+        fingerprint = hash((repr(prompts), repr(completions), repr(advantages)))
+        if fingerprint == self._last_completions:
+            return
+        self._last_completions = fingerprint
+        samples = [
+            {"prompt": prompt, "completion": completion,
+             "rewards": {name: values[index] for name, values in rewards.items() if index < len(values)},
+             "advantage": advantages[index] if index < len(advantages) else None}
+            for index, (prompt, completion) in enumerate(zip(prompts, completions, strict=False))
+        ]
+        self.run.log_samples(samples, step)
+
+    def _training_raised(self, error: BaseException) -> None:
+        if self.run is None or self.run.finished:
+            return
+        if isinstance(error, KeyboardInterrupt):
+            self._end_run("canceled", "interrupted (KeyboardInterrupt)")
+        else:
+            self._end_run("failed", f"{type(error).__name__}: {error}")
+
+    def _at_exit(self) -> None:
+        if self.run is not None and not self.run.finished:
+            self._end_run("failed", "the training program ended before training finished (an exception outside "
+                          "the training step, or the program was stopped)", timeout=5.0)
+
+    def _end_run(self, status: str, error: str | None = None, *, timeout: float | None = None) -> None:
+        atexit.unregister(self._at_exit)
+        self.run.finish(status, error=error, timeout=self.finish_timeout if timeout is None else timeout)
+        if self._owns_client:
+            self.client.close()  # its kept-alive connection; a next train() opens a new one
+
+
+def find_trainer(callback: TrainerCallback) -> Any:
+    """The Trainer running `callback`: callbacks are not handed their trainer, so it is looked up on the call
+    stack (on_train_begin is called from inside Trainer.train)."""
+    frame = inspect.currentframe()
+    try:
+        while frame is not None:
+            candidate = frame.f_locals.get("self")
+            handler = getattr(candidate, "callback_handler", None)
+            if handler is not None and any(item is callback for item in getattr(handler, "callbacks", ())):
+                return candidate
+            frame = frame.f_back
+        return None
+    finally:
+        del frame
+
+
+def model_name(model: Any) -> str | None:
+    config = getattr(model, "config", None)
+    return getattr(config, "_name_or_path", None) or getattr(model, "name_or_path", None) or None
+
+
+_WRAPPED = "_preflab_wrapped"
+
+
+def _wrap_training_step(trainer: Any, on_error) -> None:
+    _unwrap_training_step(trainer)
+    original = trainer.training_step
+
+    def training_step(*args, **kwargs):
+        try:
+            return original(*args, **kwargs)
+        except BaseException as error:
+            on_error(error)
+            raise
+
+    setattr(training_step, _WRAPPED, True)
+    trainer.training_step = training_step  # an instance attribute: the class's method is untouched
+
+
+def _unwrap_training_step(trainer: Any) -> None:
+    if getattr(vars(trainer).get("training_step"), _WRAPPED, False):
+        del trainer.training_step

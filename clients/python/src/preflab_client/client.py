@@ -1,0 +1,347 @@
+"""`Client`: Preflab's HTTP API v1 (/api/v1/) from Python, with a personal token.
+
+    client = Client("http://preflab:8000", token)      # or PREFLAB_URL / PREFLAB_TOKEN from the environment
+    project = client.create_project("math prompts")
+    client.import_records(project["id"], records)
+    pairs = client.export_pairs(project["id"])          # a datasets.Dataset, TRL's preference format
+
+Every refusal is an `ApiError` carrying the HTTP status and the server's detail. Lists the server pages are
+iterated page by page (generators), so a large project never sits in memory as one answer.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+import requests
+
+from preflab_client.values import decode_metrics, plain_json
+
+if TYPE_CHECKING:
+    from datasets import Dataset
+
+    from preflab_client.runs import ExternalRun
+
+logger = logging.getLogger("preflab_client")
+
+API_PREFIX = "/api/v1"
+# (connect, read) seconds; an import of many records or a long export may take minutes to answer
+DEFAULT_TIMEOUT = (10.0, 300.0)
+PAGE_SIZE = 500
+# Up to this many records go as one JSON body; more are written as NDJSON to a temporary file and streamed
+# from it, so the encoded records are never held in memory next to the records themselves.
+JSON_BODY_MAX_RECORDS = 1000
+
+
+class ApiError(Exception):
+    """The server refused a request (`status` is the HTTP status, `detail` the server's explanation), or could
+    not be reached (`ServerUnreachable`, status None)."""
+
+    def __init__(self, status: int | None, detail: str, *, method: str = "", path: str = "") -> None:
+        self.status = status
+        self.detail = detail
+        self.method = method
+        self.path = path
+        where = f"{method} {path}: " if method else ""
+        super().__init__(f"{where}{status if status is not None else 'no answer'}: {detail}")
+
+
+class ServerUnreachable(ApiError):
+    """No answer: the connection failed or timed out."""
+
+    def __init__(self, detail: str, *, method: str = "", path: str = "") -> None:
+        super().__init__(None, detail, method=method, path=path)
+
+
+def api_base_url(url: str) -> str:
+    """The server's address without a trailing slash or the API prefix: "http://host:8000"."""
+    url = url.strip().rstrip("/")
+    if url.endswith(API_PREFIX):
+        url = url[: -len(API_PREFIX)]
+    if not url.startswith(("http://", "https://")):
+        raise ValueError(f"the Preflab URL must start with http:// or https://, got {url!r}")
+    return url
+
+
+def error_detail(response: requests.Response) -> str:
+    """The server's {"detail": ...} as one line (a validation error's list becomes "where: what; ...")."""
+    try:
+        detail = response.json()["detail"]
+    except (ValueError, KeyError, TypeError):
+        return response.text.strip()[:500] or response.reason or f"HTTP {response.status_code}"
+    if isinstance(detail, list):
+        return "; ".join(_validation_error_text(item) for item in detail)
+    return str(detail)
+
+
+def _validation_error_text(item: object) -> str:
+    if not isinstance(item, Mapping):
+        return str(item)
+    where = ".".join(str(part) for part in item.get("loc", ()))
+    return f"{where}: {item.get('msg', '')}" if where else str(item.get("msg", item))
+
+
+class Client:
+    """Preflab's API. `url` is the server (PREFLAB_URL), `token` a personal token (PREFLAB_TOKEN); `outbox_dir`
+    is where runs keep what they could not send yet (PREFLAB_OUTBOX_DIR, else ~/.cache/preflab/outbox)."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        token: str | None = None,
+        *,
+        timeout: float | tuple[float, float] = DEFAULT_TIMEOUT,
+        outbox_dir: str | Path | None = None,
+    ) -> None:
+        url = url or os.environ.get("PREFLAB_URL")
+        token = token or os.environ.get("PREFLAB_TOKEN")
+        if not url:
+            raise ValueError("no Preflab URL: pass url= or set PREFLAB_URL")
+        if not token:
+            raise ValueError("no Preflab token: pass token= or set PREFLAB_TOKEN (create one on your account page)")
+        self.url = api_base_url(url)
+        self._token = token
+        self.timeout = timeout
+        self.outbox_dir = Path(outbox_dir) if outbox_dir is not None else None
+        self._session = self.new_session()
+
+    def __repr__(self) -> str:  # never the token
+        return f"Client(url={self.url!r})"
+
+    def close(self) -> None:
+        """Close the kept-alive connections (a run's own connections close when it finishes)."""
+        self._session.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def new_session(self) -> requests.Session:
+        """A session that sends the token (one per thread: requests' sessions are not shared across threads)."""
+        session = requests.Session()
+        session.headers["Authorization"] = f"Bearer {self._token}"
+        session.headers["User-Agent"] = "preflab-client/0.1"
+        return session
+
+    def api_url(self, path: str) -> str:
+        return f"{self.url}{API_PREFIX}/{path.lstrip('/')}"
+
+    # --- requests -------------------------------------------------------------------------------------------
+
+    def request(self, method: str, path: str, *, params: Mapping[str, Any] | None = None, json_body: Any = None,
+                data: Any = None, headers: Mapping[str, str] | None = None, stream: bool = False) -> Any:
+        """One call: the decoded JSON answer (None for 204), or the response itself when `stream`."""
+        response = self._send(method, path, params=params, json_body=json_body, data=data, headers=headers,
+                              stream=stream)
+        if stream:
+            return response
+        if response.status_code == 204 or not response.content:
+            return None
+        return response.json()
+
+    def _send(self, method: str, path: str, *, params: Mapping[str, Any] | None = None, json_body: Any = None,
+              data: Any = None, headers: Mapping[str, str] | None = None, stream: bool = False) -> requests.Response:
+        headers = dict(headers or {})
+        if json_body is not None:
+            data = json.dumps(plain_json(json_body), allow_nan=False).encode()
+            headers["Content-Type"] = "application/json"
+        params = {key: value for key, value in (params or {}).items() if value is not None}
+        try:
+            response = self._session.request(method, self.api_url(path), params=params, data=data,
+                                             headers=headers, timeout=self.timeout, stream=stream)
+        except requests.RequestException as error:
+            raise ServerUnreachable(f"{type(error).__name__}: {error}", method=method, path=path) from None
+        if response.status_code >= 400:
+            status, detail = response.status_code, error_detail(response)
+            response.close()
+            del response  # an error kept by the caller keeps this frame: it must not keep the connection open
+            raise ApiError(status, detail, method=method, path=path)
+        return response
+
+    def get(self, path: str, **params: Any) -> Any:
+        return self.request("GET", path, params=params)
+
+    def post(self, path: str, body: Any = None) -> Any:
+        return self.request("POST", path, json_body=body if body is not None else {})
+
+    def pages(self, path: str, **params: Any) -> Iterator[dict]:
+        """Every item of a paged list ({"items", "count", "next"}), fetched PAGE_SIZE at a time."""
+        offset: Any = 0
+        while offset is not None:
+            page = self.get(path, **params, limit=PAGE_SIZE, offset=offset)
+            yield from page["items"]
+            offset = page.get("next")
+            if not page["items"]:
+                return
+
+    # --- projects ------------------------------------------------------------------------------------------
+
+    def projects(self) -> Iterator[dict]:
+        return self.pages("projects")
+
+    def create_project(self, name: str, **fields: Any) -> dict:
+        """fields: guidelines, mode ("ranking" | "pairwise"), responses_per_item, annotators_per_item,
+        lease_minutes."""
+        return self.post("projects", {"name": name, **fields})
+
+    def project(self, project_id: int) -> dict:
+        """The project with its progress and agreement figures."""
+        return self.get(f"projects/{project_id}")
+
+    def members(self, project_id: int) -> list[dict]:
+        return self.get(f"projects/{project_id}/members")
+
+    def add_member(self, project_id: int, username: str) -> Any:
+        return self.post(f"projects/{project_id}/members", {"username": username})
+
+    def remove_member(self, project_id: int, username: str) -> None:
+        self.request("DELETE", f"projects/{project_id}/members/{username}")
+
+    # --- data ----------------------------------------------------------------------------------------------
+
+    def import_records(self, project_id: int, records: Iterable[Mapping[str, Any]]) -> dict:
+        """Import prompts (and responses or chosen/rejected pairs) in any format the project page's import takes.
+        All or nothing; records whose external id exists are skipped. → {"created": n, "skipped": m}.
+
+        A short list goes as one JSON body; anything longer (or any iterator) is encoded one record at a time
+        into a temporary NDJSON file and streamed from there with its exact length.
+        """
+        if isinstance(records, list | tuple) and len(records) <= JSON_BODY_MAX_RECORDS:
+            return self.post(f"projects/{project_id}/records", {"records": list(records)})
+        with tempfile.TemporaryFile(prefix="preflab-records-") as body:
+            size = _write_ndjson(records, body)
+            body.seek(0)
+            return self.request("POST", f"projects/{project_id}/records", data=body, headers={
+                "Content-Type": "application/x-ndjson", "Content-Length": str(size)})
+
+    def prompts(self, project_id: int) -> Iterator[dict]:
+        """Every prompt of the project with its responses."""
+        return self.pages(f"projects/{project_id}/prompts")
+
+    def add_responses(self, prompt_id: int, texts: Iterable[str], *, source: str = "api",
+                      detail: Mapping[str, Any] | None = None) -> list[dict]:
+        body: dict[str, Any] = {"texts": list(texts), "source": source}
+        if detail is not None:
+            body["detail"] = dict(detail)
+        return self.post(f"prompts/{prompt_id}/responses", body)
+
+    def rankings(self, project_id: int) -> Iterator[dict]:
+        """The project's rankings, as the rankings export writes them."""
+        return self.pages(f"projects/{project_id}/rankings")
+
+    def pairs(self, project_id: int, *, format: str | None = "standard", strategy: str = "all") -> Iterator[dict]:
+        """Every preference pair as TRL rows, streamed as JSON lines from the server. format: "standard",
+        "conversational", or None for the page export's choice (conversational when the project holds a
+        conversation)."""
+        response = self.request("GET", f"projects/{project_id}/pairs", params={
+            "format": format, "strategy": strategy, "stream": "jsonl"}, stream=True)
+        with response:
+            for line in response.iter_lines():
+                if line.strip():
+                    yield json.loads(line)
+
+    def export_pairs(self, project_id: int, format: str | None = "standard", *, strategy: str = "all") -> Dataset:
+        """The project's preference pairs as a `datasets.Dataset` (TRL's standard or conversational format),
+        the rows the page's JSONL export writes. Needs `pip install preflab-client[datasets]`."""
+        try:
+            import datasets
+        except ImportError as error:
+            raise ImportError(
+                "Client.export_pairs returns a datasets.Dataset and needs the datasets package: "
+                "pip install 'preflab-client[datasets]' (or use Client.pairs for plain dicts)"
+            ) from error
+        from preflab_client.pair_dataset import dataset_from_rows
+
+        return dataset_from_rows(datasets, self.pairs(project_id, format=format, strategy=strategy))
+
+    # --- models --------------------------------------------------------------------------------------------
+
+    def models(self) -> Iterator[dict]:
+        return self.pages("models")
+
+    def register_model(self, path: str, name: str | None = None) -> dict:
+        body = {"path": path} if name is None else {"path": path, "name": name}
+        return self.post("models", body)
+
+    # --- runs ----------------------------------------------------------------------------------------------
+
+    def runs(self, *, status: str | None = None, kind: str | None = None, q: str | None = None) -> Iterator[dict]:
+        return self.pages("runs", status=status, kind=kind, q=q)
+
+    def run(self, run_id: int) -> dict:
+        return self.get(f"runs/{run_id}")
+
+    def create_run(self, kind: str, name: str, config: Mapping[str, Any], data_source: Mapping[str, Any]) -> dict:
+        """Launch a run on Preflab's workers, as the launch form does."""
+        return self.post("runs", {"kind": kind, "name": name, "config": dict(config), "data_source": dict(data_source)})
+
+    def cancel_run(self, run_id: int) -> Any:
+        return self.post(f"runs/{run_id}/cancel")
+
+    def resume_run(self, run_id: int, checkpoint_id: int, *, remove_later: bool | None = None) -> dict:
+        body: dict[str, Any] = {"checkpoint_id": checkpoint_id}
+        if remove_later is not None:
+            body["remove_later"] = remove_later
+        return self.post(f"runs/{run_id}/resume", body)
+
+    def fork_run(self, run_id: int, *, name: str | None = None, config: Mapping[str, Any] | None = None) -> dict:
+        body: dict[str, Any] = {}
+        if name is not None:
+            body["name"] = name
+        if config is not None:
+            body["config"] = dict(config)
+        return self.post(f"runs/{run_id}/fork", body)
+
+    def metrics(self, run_id: int) -> Iterator[dict]:
+        """Every logged row {step, wall_time, tokens_seen, metrics} in step order, none downsampled away;
+        non-finite values come back as floats (nan, inf)."""
+        after: int | None = None
+        while True:
+            page = self.get(f"runs/{run_id}/metrics", after_step=after, limit=PAGE_SIZE)
+            for row in page["rows"]:
+                yield {**row, "metrics": decode_metrics(row["metrics"])}
+            after = page.get("next_after_step")
+            if after is None or not page["rows"]:
+                return
+
+    def samples(self, run_id: int, *, step: int | None = None) -> Iterator[dict]:
+        return self.pages(f"runs/{run_id}/samples", step=step)
+
+    # --- runs logged from here -----------------------------------------------------------------------------
+
+    def init_run(self, name: str, config: Mapping[str, Any] | None = None, project_id: int | None = None,
+                 total_steps: int | None = None) -> ExternalRun:
+        """Start a run logged by this program (kind "external") and return it: `run.log(metrics, step)`,
+        `run.log_samples(samples, step)`, `run.finish()` or `with client.init_run(...) as run:`."""
+        from preflab_client.runs import ExternalRun
+
+        body: dict[str, Any] = {"name": name, "config": dict(config or {})}
+        if project_id is not None:
+            body["project_id"] = project_id
+        if total_steps is not None:
+            body["total_steps"] = total_steps
+        return ExternalRun(self, self.post("runs/external", body))
+
+    def replay_outbox(self) -> int:
+        """Send what runs of this server left on disk (a process that crashed or lost the server), oldest
+        first; returns the number of metric rows and samples sent."""
+        from preflab_client.outbox import replay_outboxes
+
+        return replay_outboxes(self)
+
+
+def _write_ndjson(records: Iterable[Mapping[str, Any]], handle: IO[bytes]) -> int:
+    size = 0
+    for record in records:
+        line = (json.dumps(plain_json(record), ensure_ascii=False, allow_nan=False) + "\n").encode()
+        handle.write(line)
+        size += len(line)
+    return size

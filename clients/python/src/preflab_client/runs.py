@@ -1,0 +1,392 @@
+"""`ExternalRun`: a training run logged into Preflab's dashboards by a program outside Preflab.
+
+    with client.init_run("my grpo", config=args, total_steps=1000) as run:
+        for step in range(1, 1001):
+            ...
+            run.log({"loss": loss, "reward/mean": reward}, step=step)
+            if run.should_stop:        # someone pressed Cancel on the run's page
+                break
+
+Logging never blocks or crashes training. `log` only puts the row in memory; a background thread sends rows
+in batches (up to BATCH_ROWS rows, or what gathered in BATCH_SECONDS), sends a heartbeat every
+HEARTBEAT_SECONDS and reads whether the run was asked to stop. While the server cannot be reached (no
+connection, a timeout, a 5xx), every batch goes to the run's journal on disk (preflab_client.outbox) and the
+journal is replayed in order once the server answers again. The server makes replays harmless: metric rows
+are idempotent by (run, step), samples by a batch id chosen here.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from preflab_client.outbox import (
+    EntrySender,
+    Refused,
+    RunOutbox,
+    Unreachable,
+    drain,
+    outbox_root,
+    replay_outboxes,
+)
+from preflab_client.values import NotANumber, metric_value, number_text
+
+if TYPE_CHECKING:
+    from preflab_client.client import Client
+
+logger = logging.getLogger("preflab_client")
+
+BATCH_ROWS = 500
+BATCH_SECONDS = 1.0
+HEARTBEAT_SECONDS = 10.0
+RETRY_SECONDS = 2.0
+FINISH_TIMEOUT = 30.0
+# how long a program that ends without finish() waits for its last rows before they stay on disk
+EXIT_TIMEOUT = 5.0
+
+
+class ExternalRun:
+    """Made by `Client.init_run`. `id`, `name` and `url` (the run's page) describe it."""
+
+    def __init__(self, client: Client, run: Mapping[str, Any]) -> None:
+        self.id: int = run["id"]
+        self.name: str = run.get("name", "")
+        self.url: str | None = run.get("url")
+        self.server_url = client.url
+        self._client = client
+        self._sender = EntrySender(client, self.id)
+        self._outbox = RunOutbox(outbox_root(client), server_url=client.url, run_id=self.id)
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        # the batch being gathered: one row per step (a step logged twice merges, as the server does)
+        self._rows: dict[int, dict] = {}
+        self._samples: list[dict] = []
+        self._batch_started: float | None = None
+        # sealed requests not yet answered, oldest first; while offline they go to the journal instead
+        self._outgoing: deque[dict] = deque()
+        self._online = True
+        self._next_retry = 0.0
+        self._last_heartbeat = time.monotonic()
+        self._closing = False
+        self._close_deadline = 0.0
+        self._abandoned = False
+        self._finished = False
+        self._finish_answer: Any = None
+        self._stop_requested = False
+        self._warned: set[str] = set()
+        self._thread = threading.Thread(target=self._work, name=f"preflab-run-{self.id}", daemon=True)
+        self._thread.start()
+        atexit.register(self._at_exit)
+
+    def __repr__(self) -> str:
+        return f"ExternalRun(id={self.id}, name={self.name!r}, url={self.url!r})"
+
+    # --- what a training loop calls ------------------------------------------------------------------------
+
+    def log(self, metrics: Mapping[str, Any], step: int, *, wall_time: float | None = None,
+            tokens_seen: int | None = None) -> None:
+        """Metrics of one step (DESIGN's names: loss, reward/mean, kl, ...). Numbers of any kind; NaN and
+        infinities are kept; None is stored as null. Never raises and never waits for the network."""
+        try:
+            step = _step_number(step)
+            values: dict[str, Any] = {}
+            for name, value in metrics.items():
+                try:
+                    values[str(name)] = metric_value(value)
+                except NotANumber:
+                    self._warn_once(f"not-a-number:{name}", "preflab: metric %r is not a number (%s); it is not "
+                                    "logged", name, type(value).__name__)
+            if not values and tokens_seen is None:
+                return
+            with self._lock:
+                if self._refuse_after_finish():
+                    return
+                row = self._rows.get(step)
+                if row is None:
+                    row = self._rows[step] = {"step": step, "metrics": {},
+                                              "wall_time": time.time() if wall_time is None else float(wall_time)}
+                row["metrics"].update(values)
+                if tokens_seen is not None:
+                    row["tokens_seen"] = int(tokens_seen)
+                self._batch_grew()
+        except Exception as error:  # a logging call must never take the training down
+            self._warn_once("log-error", "preflab: log() of run %d failed (%s); training goes on", self.id, error)
+
+    def log_samples(self, samples: Iterable[Mapping[str, Any]], step: int) -> None:
+        """What the model wrote at `step`: dicts with prompt, completion, and optionally rewards ({name: number})
+        and advantage. Never raises."""
+        try:
+            step = _step_number(step)
+            rows = [_sample_row(sample, step) for sample in samples]
+            with self._lock:
+                if self._refuse_after_finish():
+                    return
+                self._samples.extend(rows)
+                self._batch_grew()
+        except Exception as error:
+            self._warn_once("samples-error", "preflab: log_samples() of run %d failed (%s); training goes on",
+                            self.id, error)
+
+    @property
+    def should_stop(self) -> bool:
+        """True once the run was asked to stop on Preflab (Cancel on its page); read with each heartbeat."""
+        return self._stop_requested
+
+    @property
+    def finished(self) -> bool:
+        return self._finished
+
+    def finish(self, status: str | None = None, *, error: str | None = None,
+               timeout: float = FINISH_TIMEOUT) -> dict | None:
+        """Send what is left and end the run: "succeeded", or "canceled" if it was asked to stop. Waits at
+        most `timeout` seconds; what could not be sent by then stays on disk (a warning says where) for
+        `Client.replay_outbox()` or the next `init_run`. Returns the run as the server has it, or None."""
+        with self._lock:
+            if self._finished:
+                return self._finish_answer
+            self._finished = True
+            body: dict[str, Any] = {"status": status or ("canceled" if self._stop_requested else "succeeded")}
+            if error:
+                body["error"] = error
+            self._seal()
+            self._outgoing.append({"kind": "finish", "body": body})
+        self._close(timeout, finishing=True)
+        return self._finish_answer
+
+    def fail(self, message: str, *, timeout: float = FINISH_TIMEOUT) -> dict | None:
+        """End the run as failed with `message` as its error."""
+        return self.finish("failed", error=message, timeout=timeout)
+
+    def __enter__(self) -> ExternalRun:
+        return self
+
+    def __exit__(self, exc_type, exc, traceback) -> None:
+        if exc_type is None:
+            self.finish()
+        elif issubclass(exc_type, KeyboardInterrupt):
+            self.finish("canceled", error="interrupted (KeyboardInterrupt)")
+        else:
+            self.fail(f"{exc_type.__name__}: {exc}")
+
+    # --- the background thread -----------------------------------------------------------------------------
+
+    def _work(self) -> None:
+        try:
+            replay_outboxes(self._client)  # what earlier processes of this server left behind
+        except Exception as error:
+            logger.warning("preflab: could not replay earlier runs' journals: %s", error)
+        while True:
+            try:
+                if self._step_once():
+                    return
+            except Exception:  # keep working: a bug here must not silence the run
+                logger.exception("preflab: run %d: unexpected error in the sending thread", self.id)
+                time.sleep(RETRY_SECONDS)
+
+    def _step_once(self) -> bool:
+        """One turn of the thread's loop; True when the thread is done."""
+        with self._lock:
+            if self._abandoned:
+                return True
+            if self._batch_due():
+                self._seal()
+            closing = self._closing
+        self._send_outgoing()
+        if not self._online and time.monotonic() >= self._next_retry:
+            self._replay_journal()
+        if self._online and not closing and time.monotonic() - self._last_heartbeat >= HEARTBEAT_SECONDS:
+            self._heartbeat()
+        if closing:
+            with self._lock:
+                idle = not self._outgoing and not self._rows and not self._samples
+            if idle and (self._online or time.monotonic() >= self._close_deadline):
+                return True
+        self._wake.wait(self._seconds_to_wait(closing))
+        self._wake.clear()
+        return False
+
+    def _refuse_after_finish(self) -> bool:
+        """Checked with the lock held, so that nothing is added behind the finish request."""
+        if self._finished:
+            self._warn_once("log-after-finish", "preflab: run %d is finished; what is logged after finish() is "
+                            "ignored", self.id)
+        return self._finished
+
+    def _batch_grew(self) -> None:
+        """Called with the lock held after rows were added."""
+        if self._batch_started is None:
+            self._batch_started = time.monotonic()
+            self._wake.set()
+        elif len(self._rows) + len(self._samples) >= BATCH_ROWS:
+            self._wake.set()
+
+    def _batch_due(self) -> bool:
+        if self._batch_started is None:
+            return False
+        full = len(self._rows) + len(self._samples) >= BATCH_ROWS
+        return full or self._closing or time.monotonic() - self._batch_started >= BATCH_SECONDS
+
+    def _seal(self) -> None:
+        """The gathered rows become requests at the end of the outgoing queue (lock held)."""
+        if self._rows:
+            self._outgoing.append({"kind": "log", "body": {"rows": list(self._rows.values())}})
+        for start in range(0, len(self._samples), BATCH_ROWS):
+            self._outgoing.append({"kind": "samples", "body": {
+                "batch_id": str(uuid.uuid4()), "samples": self._samples[start:start + BATCH_ROWS]}})
+        self._rows = {}
+        self._samples = []
+        self._batch_started = None
+
+    def _seconds_to_wait(self, closing: bool) -> float:
+        if closing:
+            return 0.05 if self._online else min(RETRY_SECONDS, max(0.0, self._close_deadline - time.monotonic()))
+        now = time.monotonic()
+        waits = [HEARTBEAT_SECONDS - (now - self._last_heartbeat), 1.0]
+        if self._batch_started is not None:
+            waits.append(BATCH_SECONDS - (now - self._batch_started))
+        if not self._online:
+            waits.append(self._next_retry - now)
+        return max(0.01, min(waits))
+
+    def _send_outgoing(self) -> None:
+        while True:
+            with self._lock:
+                if self._abandoned or not self._outgoing:
+                    return
+                if not self._online:
+                    self._outbox.append(list(self._outgoing))
+                    self._outgoing.clear()
+                    return
+                entry = self._outgoing[0]
+            try:
+                answer = self._sender.send(entry)
+            except Unreachable as error:
+                self._go_offline(error)
+                continue  # the next turn journals this entry and everything after it
+            except Refused as refusal:
+                self._refused(entry, refusal)
+            else:
+                if entry["kind"] == "finish":
+                    self._finish_answer = answer
+            with self._lock:
+                if self._outgoing and self._outgoing[0] is entry:
+                    self._outgoing.popleft()
+
+    def _go_offline(self, error: Unreachable) -> None:
+        with self._lock:
+            was_online, self._online = self._online, False
+            self._next_retry = time.monotonic() + RETRY_SECONDS
+        if was_online:
+            logger.warning("preflab: the server at %s cannot be reached (%s); run %d keeps what it logs in %s and "
+                           "sends it when the server answers again", self.server_url, error, self.id,
+                           self._outbox.journal)
+
+    def _replay_journal(self) -> None:
+        result = drain(self._outbox, self._sender, on_refused=self._refused)
+        if result.finish_answer is not None:
+            self._finish_answer = result.finish_answer
+        if not result.complete:
+            self._next_retry = time.monotonic() + RETRY_SECONDS
+            return
+        with self._lock:
+            self._online = True
+        logger.info("preflab: the server at %s answers again; replayed %d metric rows and %d samples of run %d",
+                    self.server_url, result.rows, result.samples, self.id)
+
+    def _refused(self, entry: dict, refusal: Refused) -> None:
+        """A request the server will never take (a 4xx): kept in rejected.jsonl, not retried, not dropped."""
+        self._outbox.reject(entry, refusal)
+        self._warn_once(f"refused:{refusal.status}", "preflab: the server refused a %s request of run %d (%s); it "
+                        "is kept in %s", entry["kind"], self.id, refusal, self._outbox.rejected)
+
+    def _heartbeat(self) -> None:
+        self._last_heartbeat = time.monotonic()
+        try:
+            self._sender.call("POST", "heartbeat")
+            run = self._sender.call("GET", "")
+        except (Unreachable, Refused) as error:
+            logger.debug("preflab: heartbeat of run %d: %s", self.id, error)
+            return
+        if run.get("cancel_requested") or run.get("status") == "canceled":
+            if not self._stop_requested:
+                logger.info("preflab: run %d was asked to stop", self.id)
+            self._stop_requested = True
+
+    # --- ending ------------------------------------------------------------------------------------------
+
+    def _close(self, timeout: float, *, finishing: bool) -> None:
+        with self._lock:
+            self._closing = True
+            self._close_deadline = time.monotonic() + timeout
+        self._wake.set()
+        self._thread.join(timeout + 5)
+        if self._thread.is_alive():  # stuck in a request: keep everything not yet answered on disk
+            with self._lock:
+                self._abandoned = True
+                self._seal()
+                self._outbox.append(list(self._outgoing))
+                self._outgoing.clear()
+        atexit.unregister(self._at_exit)
+        entries, rows, samples = self._outbox.pending_counts()
+        if entries:
+            logger.warning(
+                "preflab: run %d: %d metric rows, %d samples%s could not be sent within %.0f s; they are kept in %s "
+                "and sent by Client.replay_outbox() or the next init_run", self.id, rows, samples,
+                " and the end of the run" if finishing else "", timeout, self._outbox.journal)
+        self._outbox.release()
+        if not self._thread.is_alive():
+            self._sender.session.close()
+
+    def _at_exit(self) -> None:
+        """The program ends without finish(): send what was logged (briefly), keep the rest on disk. The run
+        itself is left open; the server fails it when its heartbeats stop."""
+        if self._finished:
+            return
+        logger.warning("preflab: the program ends but run %d was not finished (call run.finish() or use "
+                       "`with client.init_run(...) as run:`)", self.id)
+        with self._lock:
+            self._finished = True
+            self._seal()
+        self._close(EXIT_TIMEOUT, finishing=False)
+
+    def _warn_once(self, key: str, message: str, *args: Any) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            logger.warning(message, *args)
+
+
+def _step_number(step: Any) -> int:
+    number = int(step)
+    if number != step or number < 0:
+        raise ValueError(f"step must be a whole number >= 0, got {step!r}")
+    return number
+
+
+def _sample_row(sample: Mapping[str, Any], step: int) -> dict:
+    row: dict[str, Any] = {"step": step, "prompt": _text(sample.get("prompt", "")),
+                           "completion": _text(sample.get("completion", ""))}
+    rewards = sample.get("rewards")
+    if rewards:
+        row["rewards"] = {str(name): metric_value(value) for name, value in rewards.items()}
+    advantage = sample.get("advantage")
+    if advantage is not None:
+        row["advantage"] = number_text(float(advantage))
+    return row
+
+
+def _text(value: Any) -> str:
+    """A prompt or completion as text: a conversation ({role, content} messages) as "role: content" turns,
+    a single assistant message as its content."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list | tuple) and all(isinstance(item, Mapping) for item in value):
+        if len(value) == 1 and value[0].get("role") == "assistant":
+            return str(value[0].get("content", ""))
+        return "\n\n".join(f"{item.get('role', '')}: {item.get('content', '')}" for item in value)
+    return str(value)
