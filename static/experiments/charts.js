@@ -77,9 +77,20 @@
     });
   }
 
+  // A series that never changes (a constant learning rate of 1e-6) gets plotly's autorange of value +- 1, where
+  // it reads as 0: its axis runs from 0 to twice the value instead, until a point that differs comes in.
+  function constantValue(metric) {
+    const values = (state.data.get(metric) || []).flatMap((series) => series.y).filter(Number.isFinite);
+    if (!values.length) return null;
+    const first = values[0];
+    return first !== 0 && values.every((value) => value === first) ? first : null;
+  }
+
   function layout(metric) {
+    const constant = constantValue(metric);
     return {
       title: { text: metric, font: { size: 13 } }, margin: { l: 50, r: 10, t: 30, b: 35 },
+      yaxis: constant === null ? { autorange: true } : { range: [Math.min(0, 2 * constant), Math.max(0, 2 * constant)] },
       xaxis: { automargin: true, title: { text: { step: "step", wall_time: "seconds since start", tokens_seen: "tokens" }[state.x] } },
       showlegend: runs.length > 1,
       // Anchored to the bottom of the whole chart, not of the plot: the legend then sits below the x axis title
@@ -104,6 +115,7 @@
   }
 
   function draw(metric, div) {
+    div.dataset.constant = constantValue(metric) !== null ? "1" : "";
     const drawn = Plotly.newPlot(div, traces(metric, state.data.get(metric)), layout(metric), { responsive: true, displaylogo: false });
     div.on("plotly_relayout", (event) => onZoom(metric, event));
     return drawn;
@@ -172,8 +184,15 @@
       stored.badX.push(...shifted.badX);
       stored.bad.push(...shifted.bad);
       if (isNew || div.dataset.zoomed) {
-        if (isNew) Plotly.react(div, traces(metric, state.data.get(metric)), layout(metric));
+        if (isNew) {
+          div.dataset.constant = constantValue(metric) !== null ? "1" : "";
+          Plotly.react(div, traces(metric, state.data.get(metric)), layout(metric));
+        }
         continue;
+      }
+      if (div.dataset.constant && constantValue(metric) === null) {
+        div.dataset.constant = "";
+        Plotly.relayout(div, { "yaxis.autorange": true });
       }
       const base = index * 3;
       Plotly.extendTraces(div, {
