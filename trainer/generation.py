@@ -340,7 +340,8 @@ class FastDecodeStepper:
         prompt_positions = position_ids_from_mask(prompt_mask)
         continued = prompt_positions[:, -1:] + 1 + torch.arange(max_new_tokens, device=device)
         self.decoder = KVDecoder(
-            model, rows=count, capacity=width + max_new_tokens, positions=torch.cat([prompt_positions, continued], dim=1)
+            model, rows=count, capacity=width + max_new_tokens, positions=torch.cat([prompt_positions, continued], dim=1),
+            decode_rows=count * group,
         )
         valid = torch.cat([prompt_mask.bool(), torch.ones(count, max_new_tokens, dtype=torch.bool, device=device)], dim=1)
         causal = torch.ones(width, width, dtype=torch.bool, device=device).tril()

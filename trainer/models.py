@@ -164,6 +164,9 @@ class Float32Head(nn.Linear):
     rounds logits of magnitude 16-32 to steps of 0.125, the largest part of the log-prob error (measured on
     SmolLM2: 0.18 -> 0.06 at most, 0.030 -> 0.019 on average per token), as MiniMax-M1 (2025) found too."""
 
+    # trainer.fast_decode samples through a float32 copy of it, never a bf16 one
+    keeps_float32 = True
+
     def forward(self, hidden: Tensor) -> Tensor:
         with torch.autocast(hidden.device.type, enabled=False):
             return products.linear(hidden.to(self.weight.dtype), self.weight, self.bias)

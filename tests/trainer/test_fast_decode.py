@@ -16,7 +16,7 @@ from tests.trainer.tiny_decoders import make_matter, tiny_decoder
 from trainer import fast_decode
 from trainer.fast_decode import KVDecoder, folded_head, fused_projections, supports_fast_decode
 from trainer.generation import position_ids_from_mask
-from trainer.models import LoraOptions, load_policy
+from trainer.models import LoraOptions, load_policy, resolve_precision
 from trainer.selective_forward import additive_mask
 
 
@@ -120,7 +120,7 @@ def test_grouped_attention_equals_sdpa(heads, kv_heads, queries):
     expected = torch.nn.functional.scaled_dot_product_attention(
         query, key, value, attn_mask=bias, scale=0.3, enable_gqa=heads != kv_heads
     )
-    torch.testing.assert_close(fast_decode.grouped_attention(query, key, value, bias, 0.3), expected, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(fast_decode.grouped_attention(query, key.transpose(-1, -2), value, bias, 0.3), expected, atol=1e-6, rtol=1e-5)
 
 
 @pytest.mark.parametrize("rows", [1, 16, 65])
@@ -160,3 +160,23 @@ def test_under_bf16_autocast_the_copies_are_bf16_and_as_close_to_fp32_as_the_tra
     our_error, their_error = (ours - exact).abs().max().item(), (theirs - exact).abs().max().item()
     assert 0 < their_error < 0.1
     assert our_error <= 2 * their_error, (our_error, their_error)
+
+
+@pytest.mark.parametrize("rows", [2, 16, 17])
+def test_the_float32_head_of_bf16_mixed_samples_through_a_packed_float32_copy(tiny_model, rows):
+    """Under bf16 autocast the head that bf16-mixed keeps in float32 (models.Float32Head) gets a float32 copy with
+    the final norm folded in, packed by MKL for the decoding step's rows, and its logits equal the head's own
+    forward to float32 rounding, at the packed row count and others (the prompts' prefill)."""
+    model = load_policy(tiny_model, precision=resolve_precision("bf16-mixed", torch.device("cpu")))
+    head, norm = model.get_output_embeddings(), model.model.norm
+    assert getattr(head, "keeps_float32", False)
+    make_matter(model, "norm.weight")
+    torch.manual_seed(0)
+    hidden = torch.randn(rows, norm.weight.shape[0])
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        folded = folded_head(head, norm, torch.bfloat16, rows=16)
+        ours, theirs = folded(hidden), head(fast_decode._rms_norm(hidden, norm))
+    assert folded.matrix is not None and folded.matrix.weight.dtype == torch.float32
+    assert (folded.matrix.packed is not None) == torch.backends.mkl.is_available()
+    assert ours.dtype == theirs.dtype == torch.float32
+    torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-5)

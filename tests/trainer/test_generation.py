@@ -36,14 +36,15 @@ def transformers_backend(model_dir):
     return HFGenerationBackend(model, load_tokenizer(str(model_dir)), fast_decode=False)
 
 
-def test_the_fast_decoder_samples_what_the_transformers_forward_samples(model_dir):
+@pytest.mark.parametrize("new_tokens", [14, 70])
+def test_the_fast_decoder_samples_what_the_transformers_forward_samples(model_dir, new_tokens):
     model = load_policy(str(model_dir), device=torch.device("cpu"))
     tokenizer = load_tokenizer(str(model_dir))
     assert supports_fast_decode(model)
     outputs = []
     for fast in (True, False):
         torch.manual_seed(3)
-        params = SamplingParams(group_size=5, max_new_tokens=14, temperature=1.0)
+        params = SamplingParams(group_size=5, max_new_tokens=new_tokens, temperature=1.0, min_new_tokens=new_tokens)
         outputs.append(HFGenerationBackend(model, tokenizer, fast_decode=fast).generate(PROMPTS, params))
     fast, reference = outputs
     assert torch.equal(fast.completion_ids, reference.completion_ids)
