@@ -102,7 +102,7 @@ def iter_import(stream: BinaryIO, *, file_format: str) -> Iterator[ImportRecord]
 def checked_record(line: int, row: dict) -> ImportRecord:
     """One row (a JSON object, or a CSV row read as one) checked as a file's row is: its record, or
     ImportFileError naming `line` and the field. The API checks the records of a JSON body with it."""
-    _refuse_unstorable(line, row)
+    refuse_unstorable(line, row)
     return _record(line, row)
 
 
@@ -161,7 +161,7 @@ def first_line_of_id(stream: BinaryIO, *, file_format: str, external_id: str) ->
                  if record.external_id == external_id), 0)
 
 
-def _refuse_unstorable(line: int, value: object, field_name: str = "", depth: int = 0) -> None:
+def refuse_unstorable(line: int, value: object, field_name: str = "", depth: int = 0) -> None:
     """Postgres cannot store the NUL character in text or jsonb, nor half of a UTF-16 surrogate pair (JSON's
     "\\ud800" alone), and JSON has no NaN or Infinity (Python's reader takes them, and 1e999): name the field
     that holds one. Nesting is bounded too, well below what json.loads and the database's JSON parser take."""
@@ -176,12 +176,12 @@ def _refuse_unstorable(line: int, value: object, field_name: str = "", depth: in
         raise ImportFileError(line, field_name, f"is {value}, which JSON cannot hold: give a finite number")
     elif isinstance(value, dict):
         for key, item in value.items():
-            _refuse_unstorable(line, key, field_name or "key", depth + 1)
+            refuse_unstorable(line, key, field_name or "key", depth + 1)
             name = _key_name(key)
-            _refuse_unstorable(line, item, f"{field_name}.{name}" if field_name else name, depth + 1)
+            refuse_unstorable(line, item, f"{field_name}.{name}" if field_name else name, depth + 1)
     elif isinstance(value, list):
         for index, item in enumerate(value):
-            _refuse_unstorable(line, item, f"{field_name}[{index}]", depth + 1)
+            refuse_unstorable(line, item, f"{field_name}[{index}]", depth + 1)
 
 
 def _key_name(key: str) -> str:

@@ -12,7 +12,6 @@ is locked or written; and a slow client never keeps a transaction open while it 
 from __future__ import annotations
 
 import json
-import math
 import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -27,18 +26,17 @@ from ninja.responses import Status
 
 from webapp.annotation import exporting, selectors, services
 from webapp.annotation.importing import (
-    MAX_NESTING,
     ImportFileError,
     ImportRecord,
     checked_record,
     iter_import,
+    refuse_unstorable,
 )
 from webapp.annotation.models import Project, Prompt, Response
 from webapp.annotation.preferences import STRATEGIES
 from webapp.api.auth import researcher_only
 from webapp.api.projects import project_or_404
 from webapp.api.schemas import Detail, Page, PageQuery, page_of
-from webapp.text import NUL
 from webapp.uploads import DISCARD_CHUNK, size_text
 
 router = Router(tags=["data"])
@@ -227,35 +225,13 @@ class ResponseOut(Schema):
 def responses_add(request: HttpRequest, prompt_id: int, payload: ResponsesIn) -> Status:
     if not Prompt.objects.filter(pk=prompt_id).exists():
         raise HttpError(404, f"prompt {prompt_id} does not exist")
-    problem = _unstorable(payload.detail, "detail")
-    if problem:
-        raise HttpError(422, problem)
+    try:
+        refuse_unstorable(0, payload.detail, "detail")
+    except ImportFileError as error:
+        raise HttpError(422, f"{error.field}: {error.problem}") from None
     created = services.responses_add(prompt_id=prompt_id, texts=payload.texts, source=payload.source,
                                      source_detail=payload.detail)
     return Status(201, created)
-
-
-def _unstorable(value: object, where: str, depth: int = 0) -> str | None:
-    """Why Postgres's jsonb cannot hold `value` (a NUL character, a non-finite number, very deep nesting)."""
-    if depth > MAX_NESTING:
-        return f"{where}: nested more than {MAX_NESTING} levels deep"
-    if isinstance(value, str):
-        return f"{where}: holds a NUL character (\\u0000)" if NUL in value else None
-    if isinstance(value, float) and not math.isfinite(value):
-        return f"{where}: {value} is not a number JSON can hold"
-    if isinstance(value, dict):
-        items: Iterable[tuple[str, object]] = value.items()
-    elif isinstance(value, list):
-        items = ((f"[{index}]", item) for index, item in enumerate(value))
-    else:
-        return None
-    for key, item in items:
-        if NUL in key:
-            return f"{where}: a key holds a NUL character (\\u0000)"
-        place = f"{where}{key}" if key.startswith("[") else f"{where}.{key}"
-        if problem := _unstorable(item, place, depth + 1):
-            return problem
-    return None
 
 
 # Data out -----------------------------------------------------------------------------------------------------

@@ -202,7 +202,7 @@ def data_source_text(source: Mapping[str, Any]) -> DataSourceText:
         return DataSourceText(f"Upload: {name}" + (f", {counted(rows, 'row')}" if isinstance(rows, int) else ""))
     if source_type in PROJECT_SOURCE_WORDS:
         project_id = source.get("project_id")
-        name = _project_name(project_id)
+        name = project_name(project_id)
         if name is None:
             return DataSourceText(f"Project #{project_id} (deleted): {PROJECT_SOURCE_WORDS[source_type]}")
         return DataSourceText(f"Project «{name}»: {PROJECT_SOURCE_WORDS[source_type]}", project_id)
@@ -210,14 +210,15 @@ def data_source_text(source: Mapping[str, Any]) -> DataSourceText:
         project_id = source.get("project_id")
         if project_id is None:
             return DataSourceText(EXTERNAL_SOURCE_WORDS)
-        name = _project_name(project_id)
+        name = project_name(project_id)
         if name is None:
             return DataSourceText(f"{EXTERNAL_SOURCE_WORDS}, on project #{project_id} (deleted)")
         return DataSourceText(f"{EXTERNAL_SOURCE_WORDS}, on project «{name}»", project_id)
     return DataSourceText(", ".join(f"{key} {value}" for key, value in source.items()))
 
 
-def _project_name(project_id: Any) -> str | None:
+def project_name(project_id: Any) -> str | None:
+    """The project's name, or None when there is no such project (annotation's model, read without importing it)."""
     return apps.get_model("annotation", "Project").objects.filter(pk=project_id).values_list("name", flat=True).first()
 
 

@@ -612,7 +612,7 @@ def _project_check(data_source: Mapping[str, Any]) -> None:
     """The form offers existing projects only."""
     project_id = data_source.get("project_id")
     is_project = str(data_source.get("type", "")).startswith("project_") and isinstance(project_id, int)
-    if is_project and not Run._meta.apps.get_model("annotation", "Project").objects.filter(pk=project_id).exists():
+    if is_project and selectors.project_name(project_id) is None:
         raise ValidationError({"project": f"there is no project {project_id}"})
 
 
@@ -799,8 +799,7 @@ def external_run_create(
         _whole_number_field("total_steps", total_steps, minimum=1, maximum=STEP_MAX)
     data_source: dict[str, Any] = {"type": EXTERNAL_KIND}
     if project_id is not None:
-        project_model = Run._meta.apps.get_model("annotation", "Project")
-        if not isinstance(project_id, int) or not project_model.objects.filter(pk=project_id).exists():
+        if not isinstance(project_id, int) or selectors.project_name(project_id) is None:
             raise ValidationError({"project_id": f"there is no project {_shown(project_id)}"})
         data_source["project_id"] = project_id
     now = timezone.now()
