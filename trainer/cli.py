@@ -193,7 +193,8 @@ def run(path: str, report_to: str | None = None) -> int:
     from trainer.data import DataError
     from trainer.loop import TrainingDiverged
     from trainer.models import ModelLoadError
-    from trainer.sink import FileSink, ReportingSink
+    from trainer.distributed import launched_rank, teardown
+    from trainer.sink import FileSink, NullSink, ReportingSink
 
     # one progress bar (ours) on stderr, not transformers' per-load and per-save bars as well
     transformers_logging.disable_progress_bar()
@@ -201,8 +202,10 @@ def run(path: str, report_to: str | None = None) -> int:
     run_file = read_run_file(path)
     data, eval_data = load_data(run_file.kind, run_file.data)
     output_dir = Path(run_file.config.output_dir)
-    files = FileSink(output_dir, stop_file=output_dir / "STOP")
-    external = open_external_run(report_to, path, run_file) if report_to else None
+    # under torchrun every process runs this; only the first writes files and reports (trainer.distributed)
+    main_process = launched_rank() == 0
+    files = FileSink(output_dir, stop_file=output_dir / "STOP") if main_process else NullSink()
+    external = open_external_run(report_to, path, run_file) if report_to and main_process else None
     sink = ProgressSink(files if external is None else ReportingSink(files, external))
     train = run_kind(run_file.kind).train_function()
     previous = {number: signal.signal(number, sink.request_stop) for number in (signal.SIGINT, signal.SIGTERM)}
@@ -223,8 +226,11 @@ def run(path: str, report_to: str | None = None) -> int:
         raise
     finally:
         sink.close()
+        teardown()
         for number, handler in previous.items():
             signal.signal(number, handler)
+    if not main_process:
+        return 0
     if external is not None:
         external.finish("canceled" if result.stopped else "succeeded")
     state = "stopped" if result.stopped else "finished"

@@ -18,6 +18,7 @@ from typing import Any, Literal
 LrScheduler = Literal["linear", "cosine", "constant"]
 DpoLossType = Literal["sigmoid", "ipo", "hinge"]
 Precision = Literal["auto", "fp32", "bf16-mixed", "bf16"]
+Parallelism = Literal["ddp", "fsdp"]
 
 # Pure bf16 training is refused below this learning rate. AdamW moves a weight by about lr per step, and bf16
 # keeps 8 significant bits, so a step is rounded away unless lr > |w| * 2^-9. Measured on 1,000 weights drawn
@@ -109,6 +110,20 @@ class BaseConfig:
         "model",
     )
 
+    num_processes: int = _option(
+        1,
+        "Training processes, one per GPU (on a machine without GPUs, CPU processes talking over gloo). Above 1 the "
+        "worker starts the run with torchrun; batch_size stays the batch of the whole step, split among them.",
+        "processes",
+    )
+    parallelism: Parallelism = _option(
+        "ddp",
+        "ddp: every process holds the whole model and gradients are summed across processes. fsdp: weights, "
+        "gradients and optimizer state are sharded per decoder layer (FSDP2), for models one device cannot hold. "
+        "Ignored with one process.",
+        "processes",
+    )
+
     debug_nan_at_step: int | None = _option(
         None, "Force the loss to NaN at this step (tests the divergence path).", "advanced", test_only=True
     )
@@ -141,6 +156,7 @@ class BaseConfig:
                 "batch_size",
                 f"{self.batch_size} is not divisible by grad_accum_steps={self.grad_accum_steps}",
             )
+        _check_processes(self)
         if self.max_prompt_length >= self.max_length:
             raise ConfigError(
                 "max_prompt_length",
@@ -262,6 +278,22 @@ def config_kind(config: BaseConfig) -> str:
         if type(config) is cls:
             return kind
     raise ConfigError("kind", f"{type(config).__name__} is not a registered run config")
+
+
+def _check_processes(config: BaseConfig) -> None:
+    """The step's batch splits evenly: each process takes batch_size / num_processes examples (prompts, for the
+    online kinds, whose groups never span processes), in grad_accum_steps micro-batches."""
+    _positive(config, "num_processes")
+    processes = config.num_processes
+    per_process = processes * config.grad_accum_steps
+    if config.batch_size % per_process:
+        raise ConfigError(
+            "batch_size",
+            f"{config.batch_size} does not split evenly over num_processes={processes} x grad_accum_steps="
+            f"{config.grad_accum_steps} (= {per_process}); choose a multiple of {per_process}",
+        )
+    if processes > 1 and config.parallelism == "fsdp" and config.use_lora:
+        raise ConfigError("parallelism", "LoRA runs hold few trainable weights: use ddp, not fsdp")
 
 
 def _positive(config: BaseConfig, *names: str) -> None:

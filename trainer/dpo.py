@@ -103,10 +103,8 @@ class DPOObjective:
         if reference is not None:
             self.share_prefix = self.share_prefix and supports_shared_prefix(reference.model)
 
-    def micro_batches(self, indices: list[int], count: int) -> Iterator[MicroBatchOutput]:
-        chunk = len(indices) // count
-        for start in range(0, len(indices), chunk):
-            micro = indices[start : start + chunk]
+    def micro_batches(self, indices: list[int], chunks: list[list[int]]) -> Iterator[MicroBatchOutput]:
+        for micro in chunks:
             batch = pair_batch(
                 [self.pairs[i] for i in micro],
                 pad_token_id=self.pad_token_id,

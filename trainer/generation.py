@@ -11,7 +11,9 @@ Temperature 0 means greedy decoding; its log-probs are then those of the untempe
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -20,6 +22,7 @@ from torch import Tensor, nn
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from trainer.chat import TextOrConversation, encode_prompt, end_token_ids
+from trainer.distributed import gathered_weights, is_sharded
 from trainer.fast_decode import KVDecoder, supports_fast_decode
 from trainer.selective_forward import (
     additive_mask,
@@ -82,6 +85,17 @@ class GroupSamples:
         size = self.group_size
         rows = torch.tensor([g * size + i for g in groups for i in range(size)], dtype=torch.long)
         return self._take(torch.tensor(list(groups), dtype=torch.long), rows, size)
+
+    def to(self, device: torch.device | str) -> GroupSamples:
+        return dataclasses.replace(
+            self,
+            prompt_ids=self.prompt_ids.to(device),
+            prompt_mask=self.prompt_mask.to(device),
+            completion_ids=self.completion_ids.to(device),
+            completion_mask=self.completion_mask.to(device),
+            truncated=self.truncated.to(device),
+            logprobs=self.logprobs.to(device),
+        )
 
     def select_rows(self, rows: Tensor) -> GroupSamples:
         """Any completion rows (e.g. a minibatch); each keeps its own copy of its prompt, so group_size is 1."""
@@ -150,9 +164,12 @@ def filter_top_k_top_p(logits: Tensor, *, top_k: int, top_p: float) -> Tensor:
     return logits
 
 
-def _sample_next(logits: Tensor, params: SamplingParams, banned: Tensor | None = None) -> tuple[Tensor, Tensor]:
+def _sample_next(
+    logits: Tensor, params: SamplingParams, banned: Tensor | None = None, uniform: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
     """Next tokens [N] and their log-probs [N] under the tempered, untruncated distribution; never a token of
-    `banned` (ids), which still count in the log-probs."""
+    `banned` (ids), which still count in the log-probs. `uniform` [N]: the draws in [0, 1) to sample with
+    (default: fresh ones from torch's generator)."""
     logits = logits.float()
     if params.temperature == 0:
         allowed = logits if banned is None else logits.index_fill(-1, banned, float("-inf"))
@@ -170,17 +187,19 @@ def _sample_next(logits: Tensor, params: SamplingParams, banned: Tensor | None =
             probs = filtered.softmax(dim=-1)
         else:
             probs = logprobs.exp() if banned is None else allowed.softmax(dim=-1)
-        tokens = _inverse_cdf_draw(probs)
+        tokens = _inverse_cdf_draw(probs, uniform)
     return tokens, logprobs.gather(-1, tokens[:, None]).squeeze(-1)
 
 
-def _inverse_cdf_draw(probs: Tensor) -> Tensor:
+def _inverse_cdf_draw(probs: Tensor, uniform: Tensor | None = None) -> Tensor:
     """One token per row of probs [N, V]: one uniform number a row against the cumulative distribution
     (a race over V exponential draws costs V random numbers a row, and drawing them dominates sampling).
     The uniform is scaled by the row's own total, so float rounding in the sum can never select past the
     last token, and the first index whose cumulative mass exceeds it always has a probability above 0."""
     cumulative = probs.cumsum(dim=-1)
-    uniform = torch.rand(probs.shape[0], 1, device=probs.device, dtype=probs.dtype) * cumulative[:, -1:]
+    if uniform is None:
+        uniform = torch.rand(probs.shape[0], device=probs.device, dtype=probs.dtype)
+    uniform = uniform.to(probs.dtype)[:, None] * cumulative[:, -1:]
     return torch.searchsorted(cumulative, uniform, right=True).squeeze(-1).clamp_(max=probs.shape[-1] - 1)
 
 
@@ -238,23 +257,34 @@ class HFGenerationBackend:
         device = self.model.device
         return input_ids.to(device), attention_mask.to(device)
 
-    def generate(self, prompts: Sequence[TextOrConversation], params: SamplingParams) -> GroupSamples:
+    def generate(
+        self, prompts: Sequence[TextOrConversation], params: SamplingParams, *, seeds: Sequence[int] | None = None
+    ) -> GroupSamples:
+        """`seeds`, one per prompt: its completions draw from their own stream seeded by it, so a prompt's
+        completions do not depend on which other prompts share the batch (or the process, in a multi-process
+        run), and torch's global generator is left untouched. Without seeds, draws come from torch's generator."""
         if not prompts:
             raise ValueError("generate needs at least one prompt")
-        if not (self.model.training and self._needs_eval_mode):
-            return self._generate(prompts, params)
-        self.model.eval()
-        try:
-            return self._generate(prompts, params)
-        finally:
-            self.model.train()
+        if seeds is not None and len(seeds) != len(prompts):
+            raise ValueError(f"{len(seeds)} seeds for {len(prompts)} prompts")
+        with gathered_weights(self.model) if is_sharded(self.model) else nullcontext():
+            if not (self.model.training and self._needs_eval_mode):
+                return self._generate(prompts, params, seeds)
+            self.model.eval()
+            try:
+                return self._generate(prompts, params, seeds)
+            finally:
+                self.model.train()
 
     @torch.no_grad()
-    def _generate(self, prompts: Sequence[TextOrConversation], params: SamplingParams) -> GroupSamples:
+    def _generate(
+        self, prompts: Sequence[TextOrConversation], params: SamplingParams, seeds: Sequence[int] | None
+    ) -> GroupSamples:
         prompt_ids, prompt_mask = self.encode_prompts(prompts)
         group, max_new = params.group_size, params.max_new_tokens
         rows = prompt_ids.shape[0] * group
         device = prompt_ids.device
+        uniforms = None if seeds is None else seeded_uniforms(seeds, group, max_new).to(device)
         stepper_class = FastDecodeStepper if self._fast else TransformersStepper
         stepper = stepper_class(self.model, prompt_ids, prompt_mask, group=group, max_new_tokens=max_new)
         logits = stepper.prefill()
@@ -267,7 +297,8 @@ class HFGenerationBackend:
         for step in range(max_new):
             # rows that already ended keep decoding with the rest; what follows their EOS is masked below
             banned = end_ids if step < params.min_new_tokens else None
-            tokens[:, step], logprobs[:, step] = _sample_next(logits, params, banned)
+            uniform = None if uniforms is None else uniforms[:, step]
+            tokens[:, step], logprobs[:, step] = _sample_next(logits, params, banned, uniform)
             steps = step + 1
             alive &= ~torch.isin(tokens[:, step], end_ids)
             if step == max_new - 1 or not alive.any():
@@ -290,6 +321,14 @@ class HFGenerationBackend:
             ),
             group_size=group,
         )
+
+
+def seeded_uniforms(seeds: Sequence[int], group: int, max_new_tokens: int) -> Tensor:
+    """[len(seeds) * group, max_new_tokens] draws in [0, 1): the group rows of prompt i from a generator seeded by
+    seeds[i]."""
+    return torch.cat([
+        torch.rand(group, max_new_tokens, generator=torch.Generator().manual_seed(seed)) for seed in seeds
+    ])
 
 
 class TransformersStepper:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -24,6 +25,7 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR
 from transformers import PreTrainedModel
 
+from trainer import distributed
 from trainer.config import GRPOConfig
 from trainer.generation import GroupSamples, HFGenerationBackend
 from trainer.logprobs import completion_logprobs
@@ -46,7 +48,7 @@ from trainer.rollout import (
     record_rollout_samples,
     reward_metrics,
     run_learner,
-    sample_and_score,
+    sample_and_score_shared,
     sampling_params,
 )
 from trainer.sink import Sink
@@ -70,6 +72,40 @@ def micro_batch(samples: GroupSamples, rows: Tensor) -> GroupSamples:
     if first % size == 0 and rows.numel() % size == 0:
         return samples.select_groups(range(first // size, (first + rows.numel()) // size))
     return samples.select_rows(rows)
+
+
+@dataclass(frozen=True)
+class ProcessPart:
+    """The micro-batches of a step one process trains on: `rows` (a contiguous range of the step's completion
+    rows) and, for each micro-batch, its rows counted from rows[0], the weight of its loss in the step's loss and
+    its fraction of the step's rows (what its metrics weigh). `partial` when rows are not the whole step."""
+
+    rows: Tensor
+    chunks: list[tuple[Tensor, float, float]]
+    partial: bool
+
+    @classmethod
+    def whole(cls, shares: list[tuple[Tensor, float]], count: int) -> ProcessPart:
+        return cls(torch.arange(count), [(rows, share, rows.numel() / count) for rows, share in shares], False)
+
+    @classmethod
+    def of(cls, shares: list[tuple[Tensor, float]], count: int, processes: distributed.Processes) -> ProcessPart:
+        """This process's consecutive micro-batches of the step's `shares` (the step's chunks cut for every
+        process's micro-batches). A process left without any, when the step has fewer rows than processes x
+        micro-batches, runs the last chunk with weight 0: every process must run as many forwards and backwards
+        (fsdp gathers weights in them)."""
+        if not processes.distributed:
+            return cls.whole(shares, count)
+        per_process = max(1, len(shares) // processes.world_size)
+        mine = shares[processes.rank * per_process : (processes.rank + 1) * per_process]
+        if processes.rank == processes.world_size - 1:
+            mine = shares[processes.rank * per_process :]
+        weighted = [(rows, share, rows.numel() / count) for rows, share in mine]
+        if not weighted:
+            weighted = [(shares[-1][0], 0.0, 0.0)]
+        first = int(weighted[0][0][0])
+        rows = torch.arange(first, int(weighted[-1][0][-1]) + 1)
+        return cls(rows, [(chunk - first, share, row_share) for chunk, share, row_share in weighted], True)
 
 
 class GRPOLearner:
@@ -102,7 +138,9 @@ class GRPOLearner:
         self.parameters = [p for p in policy.parameters() if p.requires_grad]
         self.params = sampling_params(config, config.group_size)
 
-    def rollout(self, draw_rows: Callable[[], list[dict]], timings: dict[str, float]) -> tuple[ScoredGroups, float]:
+    def rollout(
+        self, draw_rows: Callable[[], list[dict]], timings: dict[str, float], *, step: int = 0
+    ) -> tuple[ScoredGroups, float]:
         """Sampled, scored groups for one step and the fraction of generated groups that were informative.
 
         With dynamic sampling, rounds of fresh prompts are drawn until batch_size informative groups are
@@ -114,8 +152,10 @@ class GRPOLearner:
         kept: list[ScoredGroups] = []
         kept_groups = generated = informative_count = 0
         scored = None
-        for _ in range(rounds):
-            scored = sample_and_score(self.backend, self.rewarder, draw_rows(), self.params, config, timings)
+        for round_ in range(rounds):
+            scored = sample_and_score_shared(
+                self.backend, self.rewarder, draw_rows(), self.params, config, timings, step=step, round_=round_
+            )
             informative = informative_groups(torch.tensor(scored.rewards), config.group_size)
             generated += informative.numel()
             informative_count += int(informative.sum())
@@ -151,20 +191,32 @@ class GRPOLearner:
                 reference, samples, temperature=config.temperature, share_prompt=config.share_prompt
             )[0]
 
-    def update(
-        self, step: int, samples: GroupSamples, advantages: Tensor, ref_logprobs: Tensor | None
-    ) -> dict[str, float]:
-        """num_iterations optimizer updates on the same samples; metrics averaged over them."""
-        config = self.config
+    def loss_mask(self, samples: GroupSamples) -> Tensor:
         loss_mask = samples.completion_mask.float()
-        if config.overlong_filtering:
+        if self.config.overlong_filtering:
             loss_mask = loss_mask * (~samples.truncated).float()[:, None]
-        shares = self._micro_batch_shares(loss_mask)
+        return loss_mask
+
+    def update(
+        self,
+        step: int,
+        samples: GroupSamples,
+        advantages: Tensor,
+        ref_logprobs: Tensor | None,
+        *,
+        part: ProcessPart | None = None,
+    ) -> dict[str, float]:
+        """num_iterations optimizer updates on the same samples; metrics averaged over them. `part`: the
+        micro-batches of `samples` this process trains on, when `samples` is its part of a multi-process step."""
+        config = self.config
+        loss_mask = self.loss_mask(samples)
+        part = part or ProcessPart.whole(self._micro_batch_shares(loss_mask), loss_mask.shape[0])
+        processes = distributed.active()
         totals: dict[str, float] = {}
         for _ in range(config.num_iterations):
             metrics: dict[str, float] = {"loss": 0.0}
-            for rows, share in shares:
-                chunk = micro_batch(samples, rows) if len(shares) > 1 else samples
+            for rows, share, row_share in part.chunks:
+                chunk = micro_batch(samples, rows) if len(part.chunks) > 1 or part.partial else samples
                 logprobs, entropy = completion_logprobs(
                     self.policy, chunk, temperature=config.temperature, with_entropy=True, share_prompt=config.share_prompt
                 )
@@ -183,10 +235,10 @@ class GRPOLearner:
                     loss = loss * float("nan")
                 backward(loss * share)
                 metrics["loss"] += loss.item() * share
-                row_share = rows.numel() / samples.completion_ids.shape[0]
                 loss_metrics["entropy"] = masked_mean(entropy, chunk.completion_mask).item()
                 for name, value in loss_metrics.items():
                     metrics[name] = metrics.get(name, 0.0) + value * row_share
+            metrics = processes.sum_metrics(metrics)
             metrics["grad_norm"] = optimizer_update(
                 self.optimizer, self.scheduler, self.parameters, config.max_grad_norm, loss=metrics["loss"]
             )
@@ -197,7 +249,9 @@ class GRPOLearner:
     def _micro_batch_shares(self, loss_mask: Tensor) -> list[tuple[Tensor, float]]:
         """Row chunks of the step and the weight of each chunk's loss, so the weighted chunk losses sum to
         the loss of the whole batch under the configured aggregation."""
-        chunks = micro_batch_rows(loss_mask.shape[0], self.config.grad_accum_steps, self.config.group_size)
+        chunks = micro_batch_rows(
+            loss_mask.shape[0], self.config.grad_accum_steps * distributed.active().world_size, self.config.group_size
+        )
         aggregation = self.config.loss_aggregation
         if aggregation == "constant":
             # policy_loss divides by B_chunk * T; Dr. GRPO's constant is B * max_new_tokens
@@ -214,17 +268,20 @@ class GRPOLearner:
     ) -> tuple[dict[str, float], int]:
         config = self.config
         timings: dict[str, float] = {}
-        scored, informative_ratio = self.rollout(draw_rows, timings)
-        samples = scored.samples
+        scored, informative_ratio = self.rollout(draw_rows, timings, step=step)
         rewards = torch.tensor(scored.rewards)
         advantages = group_advantages(rewards, config.group_size, scale=config.advantage_scale)
+        # every process holds the whole rollout; each trains on its part of the step's micro-batches
+        loss_mask = self.loss_mask(scored.samples)
+        part = ProcessPart.of(self._micro_batch_shares(loss_mask), loss_mask.shape[0], distributed.active())
+        samples = micro_batch(scored.samples, part.rows) if part.partial else scored.samples
         reference_started = time.perf_counter()
         if self.recompute_old_logprobs and not self.old_logprobs_from_the_update:
             samples = self.with_training_logprobs(samples)
         ref_logprobs = self.reference_logprobs(samples)
         updates_started = time.perf_counter()
         timings["time/scoring_s"] += updates_started - reference_started
-        metrics = self.update(step, samples, advantages, ref_logprobs)
+        metrics = self.update(step, samples, advantages[part.rows], ref_logprobs, part=part)
         timings["time/backward_s"] = time.perf_counter() - updates_started
         metrics.update(timings)
         metrics.update(reward_metrics(scored))
@@ -232,7 +289,8 @@ class GRPOLearner:
         metrics["groups/informative_ratio"] = informative_ratio
         if record_samples:
             record_rollout_samples(sink, step, scored, advantages, config.samples_per_log)
-        tokens = int(samples.prompt_mask.sum()) * config.group_size + int(samples.completion_mask.sum())
+        whole = scored.samples
+        tokens = int(whole.prompt_mask.sum()) * config.group_size + int(whole.completion_mask.sum())
         return metrics, tokens
 
 

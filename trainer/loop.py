@@ -28,6 +28,7 @@ from torch.optim import AdamW, Optimizer
 from torch.optim.lr_scheduler import LambdaLR
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from trainer import distributed
 from trainer.config import BaseConfig, ConfigError, config_kind, config_to_dict
 from trainer.data import Limits
 from trainer.models import (
@@ -172,28 +173,43 @@ def save_checkpoint(
     precision: Precision | None = None,
 ) -> Path:
     """Write everything a resume needs; written beside and renamed, so a crash never leaves half a checkpoint.
-    `extra_models` (e.g. PPO's critic) are saved in subdirectories named by their keys."""
+    `extra_models` (e.g. PPO's critic) are saved in subdirectories named by their keys.
+
+    Every process calls it. The main process writes the files; a sharded (fsdp) model is gathered into an
+    ordinary save_pretrained directory, and its optimizer state is written by every process, each its shards,
+    through torch.distributed.checkpoint into `optimizer/` (which a resume on any number of processes reshards).
+    """
+    processes = distributed.active()
     partial = directory.with_name(directory.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
-    model.save_pretrained(partial)
-    tokenizer.save_pretrained(partial)
-    for name, extra_model in (extra_models or {}).items():
-        extra_model.save_pretrained(partial / name)
-    state = {
-        "step": step,
-        "tokens_seen": tokens_seen,
-        "kind": config_kind(config),
-        "config": config_to_dict(config),
-        "optimizer": optimizer.state_dict(),
-        "scheduler": scheduler.state_dict(),
-        "data_order": data_order.state_dict(),
-        "rng": rng_state(),
-        "precision": precision.mode if precision is not None else None,
-    }
-    torch.save(state, partial / STATE_FILE)
-    shutil.rmtree(directory, ignore_errors=True)
-    partial.rename(directory)
+    if processes.is_main:
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir(parents=True)
+    processes.barrier()
+    sharded = distributed.is_sharded(model)
+    weights = distributed.full_state_dict(model) if sharded else None
+    if sharded:
+        distributed.save_sharded_optimizer(model, optimizer, partial / distributed.OPTIMIZER_DIR)
+    if processes.is_main:
+        model.save_pretrained(partial, state_dict=weights)
+        tokenizer.save_pretrained(partial)
+        for name, extra_model in (extra_models or {}).items():
+            extra_model.save_pretrained(partial / name)
+        state = {
+            "step": step,
+            "tokens_seen": tokens_seen,
+            "kind": config_kind(config),
+            "config": config_to_dict(config),
+            "scheduler": scheduler.state_dict(),
+            "data_order": data_order.state_dict(),
+            "rng": rng_state(),
+            "precision": precision.mode if precision is not None else None,
+        }
+        if not sharded:
+            state["optimizer"] = optimizer.state_dict()
+        torch.save(state, partial / STATE_FILE)
+        shutil.rmtree(directory, ignore_errors=True)
+        partial.rename(directory)
+    processes.barrier()
     return directory
 
 
@@ -206,6 +222,7 @@ def checkpoint_step(directory: Path) -> int | None:
 def strip_optimizer_state(directory: Path) -> bool:
     """Rewrite the checkpoint's state without the optimizer (most of a checkpoint's bytes); True if it had one.
     A resume from it restarts AdamW's moments; everything else stays exact."""
+    shutil.rmtree(directory / distributed.OPTIMIZER_DIR, ignore_errors=True)
     path = directory / STATE_FILE
     state = torch.load(path, weights_only=True, mmap=True)
     if "optimizer" not in state:
@@ -253,8 +270,10 @@ class MicroBatchOutput:
 
 
 class Objective(Protocol):
-    def micro_batches(self, indices: list[int], count: int) -> Iterator[MicroBatchOutput]:
-        """Split the step's examples into `count` micro-batches and yield each one's scaled loss.
+    def micro_batches(self, indices: list[int], chunks: list[list[int]]) -> Iterator[MicroBatchOutput]:
+        """Yield the scaled loss of each micro-batch in `chunks` (this process's part of the step's examples
+        `indices`), each loss normalised by totals over all of `indices`, so the losses of every process's
+        micro-batches sum to the step's loss.
 
         The driver calls backward on each loss before asking for the next one.
         """
@@ -276,13 +295,26 @@ class LoopParts:
 
 
 def restore_training_state(
-    state: dict[str, Any] | None, optimizer: Optimizer, scheduler: LambdaLR, order: DataOrder
+    state: dict[str, Any] | None,
+    optimizer: Optimizer,
+    scheduler: LambdaLR,
+    order: DataOrder,
+    *,
+    model: torch.nn.Module | None = None,
+    directory: str | Path | None = None,
 ) -> tuple[int, int]:
-    """Load a checkpoint's optimizer, scheduler, data order and RNG; (start step, tokens seen), (0, 0) when new."""
+    """Load a checkpoint's optimizer, scheduler, data order and RNG; (start step, tokens seen), (0, 0) when new.
+    The optimizer state may come from a run on another number of processes, sharded or not (`directory` is the
+    checkpoint, `model` the trained model, for sharded states)."""
     if state is None:
         return 0, 0
-    if "optimizer" in state:
+    sharded_state = Path(directory) / distributed.OPTIMIZER_DIR if directory is not None else None
+    if "optimizer" in state and model is not None and distributed.is_sharded(model):
+        distributed.load_full_optimizer_state(model, optimizer, state["optimizer"])
+    elif "optimizer" in state:
         optimizer.load_state_dict(state["optimizer"])
+    elif sharded_state is not None and sharded_state.is_dir() and model is not None:
+        distributed.load_sharded_optimizer(model, optimizer, sharded_state)
     else:
         logger.warning("resuming from step %s without optimizer state: AdamW's moments restart from zero",
                        state["step"])
@@ -298,6 +330,8 @@ def optimizer_update(
 ) -> float:
     """Clip, step (only when the loss and the gradient are finite) and advance the schedule: the one place
     every kind steps its optimizer and scheduler. Returns the gradient norm."""
+    # ddp: every process's gradient is its share of the step's; their sum is the whole step's gradient
+    distributed.active().sum_gradients(parameters)
     with outside_autocast(parameters[0].device if parameters else torch.device("cpu")):
         return _clip_and_step(optimizer, scheduler, parameters, max_grad_norm, loss=loss)
 
@@ -358,9 +392,12 @@ def train_loop(run: Training, sink: Sink) -> TrainResult:
     """The training loop of every kind: step, evaluate, log, check for divergence, samples, checkpoint, stop.
     Raises TrainingDiverged on a NaN/Inf loss or gradient norm (after logging the step)."""
     config, steps = run.config, run.steps
+    sink = distributed.rank_sink(sink)
     precision = run.precision or resolve_precision("fp32", run.model.device)
     # resume: optimizer, schedule, data order and RNG exactly where the checkpoint left them
-    start_step, tokens_seen = restore_training_state(run.resume_state, run.optimizer, run.scheduler, run.order)
+    start_step, tokens_seen = restore_training_state(
+        run.resume_state, run.optimizer, run.scheduler, run.order, model=run.model, directory=config.resume_from
+    )
     sink.start(total_steps=steps, start_step=start_step)
     metrics: dict[str, float] = {}
     last_checkpoint: str | None = None
@@ -413,7 +450,8 @@ def _checkpoint(run: Training, sink: Sink, step: int, tokens_seen: int) -> str:
         precision=run.precision,
     )
     sink.checkpoint(step, str(path))
-    retain_checkpoints(run.config, sink, path)
+    if distributed.active().is_main:
+        retain_checkpoints(run.config, sink, path)
     return str(path)
 
 
@@ -457,19 +495,33 @@ def _offline_step(
     step: int,
 ) -> tuple[dict[str, float], int]:
     config = parts.config
-    totals: dict[str, float] = {}
-    loss_total, tokens = 0.0, 0
-    for output in parts.objective.micro_batches(indices, config.grad_accum_steps):
+    processes = distributed.active()
+    chunks = step_chunks(indices, config.grad_accum_steps, processes)
+    # each micro-batch's metrics count for its share of all the step's micro-batches (every process's)
+    share = 1 / (config.grad_accum_steps * processes.world_size)
+    totals: dict[str, float] = {"loss": 0.0, "tokens": 0.0}
+    for output in parts.objective.micro_batches(indices, chunks):
         loss = output.loss
         if config.debug_nan_at_step == step:
             loss = loss * float("nan")
         backward(loss)
-        loss_total += loss.item()
-        tokens += output.tokens
+        totals["loss"] += loss.item()
+        totals["tokens"] += output.tokens
         for name, value in output.metrics.items():
-            totals[name] = totals.get(name, 0.0) + value / config.grad_accum_steps
-    grad_norm = optimizer_update(optimizer, scheduler, trainable, config.max_grad_norm, loss=loss_total)
-    return {"loss": loss_total, "grad_norm": grad_norm, **totals}, tokens
+            totals[name] = totals.get(name, 0.0) + value * share
+    totals = processes.sum_metrics(totals)
+    tokens = int(totals.pop("tokens"))
+    grad_norm = optimizer_update(optimizer, scheduler, trainable, config.max_grad_norm, loss=totals["loss"])
+    return {"loss": totals.pop("loss"), "grad_norm": grad_norm, **totals}, tokens
+
+
+def step_chunks(indices: list[int], count: int, processes: distributed.Processes) -> list[list[int]]:
+    """This process's micro-batches of a step: `indices` cut into count x world_size equal chunks, of which
+    each process takes `count` consecutive ones."""
+    total = count * processes.world_size
+    size = len(indices) // total
+    chunks = [indices[number * size : (number + 1) * size] for number in range(total)]
+    return list(processes.share(chunks))
 
 
 def model_source(config: BaseConfig) -> tuple[str, str | None]:
@@ -498,6 +550,7 @@ class RunStart:
 def start_run(config: BaseConfig) -> RunStart:
     """Validate, seed, and find the tokenizer and weights; call before building models (they draw from the RNG)."""
     config.validate()
+    distributed.setup(config)
     seed_everything(config.seed)
     resume_state = resume_state_for(config)
     weights, adapter = model_source(config)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import os
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from transformers import (
 
 from trainer import products
 from trainer.config import BaseConfig, ConfigError
+from trainer.distributed import shard_model
 from trainer.model_names import ACCEPTED, is_hub_id, looks_local
 
 logger = logging.getLogger(__name__)
@@ -55,7 +57,10 @@ class LoraOptions:
 
 
 def pick_device() -> torch.device:
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    """The GPU of this process (torchrun's LOCAL_RANK: one process per GPU), else the CPU."""
+    if torch.cuda.is_available():
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    return torch.device("cpu")
 
 
 def bf16_capable(device: torch.device) -> bool:
@@ -235,7 +240,7 @@ def _load_trainable(
         model = _heads_in_fp32(model)
     if lora is not None:
         model = _with_lora(model, lora, task_type=task_type, adapter=adapter)
-    return _trained_in(model, precision.trained_dtype).train()
+    return shard_model(_trained_in(model, precision.trained_dtype).train())
 
 
 def load_policy(

@@ -22,6 +22,7 @@ from torch import Tensor
 from torch.optim import AdamW
 from transformers import PreTrainedModel
 
+from trainer import distributed
 from trainer.config import ConfigError, PPOConfig
 from trainer.generation import GroupSamples, HFGenerationBackend
 from trainer.logprobs import completion_logprobs
@@ -36,7 +37,7 @@ from trainer.rollout import (
     record_rollout_samples,
     reward_metrics,
     run_learner,
-    sample_and_score,
+    sample_and_score_shared,
     sampling_params,
 )
 from trainer.selective_forward import position_ids_from_mask
@@ -109,9 +110,9 @@ class PPOLearner:
         self.params = sampling_params(config, 1)
 
     @torch.no_grad()
-    def rollout(self, rows: list[dict], timings: dict[str, float]) -> Rollout:
+    def rollout(self, rows: list[dict], timings: dict[str, float], *, step: int = 0) -> Rollout:
         config = self.config
-        scored = sample_and_score(self.backend, self.rewarder, rows, self.params, config, timings)
+        scored = sample_and_score_shared(self.backend, self.rewarder, rows, self.params, config, timings, step=step)
         started = time.perf_counter()
         if self.recompute_old_logprobs:
             logprobs = completion_logprobs(self.policy, scored.samples, temperature=config.temperature)[0]
@@ -138,9 +139,12 @@ class PPOLearner:
         advantages = whiten(rollout.advantages, mask) if config.whiten_advantages else rollout.advantages
         totals: dict[str, float] = {}
         updates = config.ppo_epochs * config.num_mini_batches
+        processes = distributed.active()
         for _ in range(config.ppo_epochs):
-            for rows in torch.randperm(mask.shape[0]).chunk(config.num_mini_batches):
-                metrics = self._minibatch(step, samples.select_rows(rows), rows, rollout, advantages)
+            for minibatch in torch.randperm(mask.shape[0]).chunk(config.num_mini_batches):
+                rows, weight = process_rows(minibatch, mask, processes)
+                metrics = self._minibatch(step, samples.select_rows(rows), rows, rollout, advantages, weight)
+                metrics = processes.sum_metrics(metrics)
                 metrics["grad_norm"] = optimizer_update(
                     self.optimizer, self.scheduler, self.parameters, config.max_grad_norm, loss=metrics["loss"]
                 )
@@ -149,8 +153,10 @@ class PPOLearner:
         return totals
 
     def _minibatch(
-        self, step: int, chunk: GroupSamples, rows: Tensor, rollout: Rollout, advantages: Tensor
+        self, step: int, chunk: GroupSamples, rows: Tensor, rollout: Rollout, advantages: Tensor, weight: float = 1.0
     ) -> dict[str, float]:
+        """One process's rows of a minibatch; `weight`, their share of the minibatch's tokens, scales the loss
+        (its means over these rows become their part of the means over the whole minibatch) and the metrics."""
         config = self.config
         mask = chunk.completion_mask
         logprobs, entropy = completion_logprobs(
@@ -175,19 +181,19 @@ class PPOLearner:
         loss = surrogate + config.vf_coef * critic_loss - config.entropy_coef * mean_entropy
         if config.debug_nan_at_step == step:
             loss = loss * float("nan")
-        backward(loss)
+        backward(loss * weight)
         metrics.update(
             {"loss": loss.item(), "policy/loss": surrogate.item(), "value/loss": critic_loss.item(),
              "entropy": mean_entropy.item()}
         )
-        return metrics
+        return {name: value * weight for name, value in metrics.items()}
 
     def step(
         self, step: int, draw_rows: Callable[[], list[dict]], sink: Sink, *, record_samples: bool
     ) -> tuple[dict[str, float], int]:
         config = self.config
         timings: dict[str, float] = {}
-        rollout = self.rollout(draw_rows(), timings)
+        rollout = self.rollout(draw_rows(), timings, step=step)
         started = time.perf_counter()
         metrics = self.update(step, rollout)
         timings["time/backward_s"] = time.perf_counter() - started
@@ -205,6 +211,20 @@ class PPOLearner:
         return metrics, tokens
 
 
+def process_rows(minibatch: Tensor, mask: Tensor, processes: distributed.Processes) -> tuple[Tensor, float]:
+    """This process's rows of a minibatch and their share of its tokens. A process left without rows (a
+    minibatch smaller than the number of processes) runs the first row with weight 0: every process must run
+    as many forwards and backwards."""
+    if not processes.distributed:
+        return minibatch, 1.0
+    parts = minibatch.chunk(processes.world_size)
+    if processes.rank >= len(parts):
+        return minibatch[:1], 0.0
+    rows = parts[processes.rank]
+    total = mask[minibatch].sum().item()
+    return rows, mask[rows].sum().item() / total if total else 0.0
+
+
 def critic_source(config: PPOConfig) -> str:
     if config.resume_from is not None:
         return f"{config.resume_from}/{CRITIC_DIR}"
@@ -216,6 +236,10 @@ def train(
 ) -> TrainResult:
     if config.grad_accum_steps != 1:
         raise ConfigError("grad_accum_steps", "PPO splits each rollout with num_mini_batches; leave this at 1")
+    if config.num_processes > 1 and config.parallelism == "fsdp":
+        raise ConfigError(
+            "parallelism", "PPO runs on ddp for now: its critic reads hidden states outside the model's forward"
+        )
     resume_state, tokenizer, policy, precision = prepare_online(config, data)
     critic = load_reward_model(
         critic_source(config), pad_token_id=tokenizer.pad_token_id, device=policy.device, precision=precision

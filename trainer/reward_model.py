@@ -69,11 +69,10 @@ class RewardObjective:
         self.pad_token_id = pad_token_id
         self.center_coef = center_coef
 
-    def micro_batches(self, indices: list[int], count: int) -> Iterator[MicroBatchOutput]:
-        chunk = len(indices) // count
+    def micro_batches(self, indices: list[int], chunks: list[list[int]]) -> Iterator[MicroBatchOutput]:
         step_weight = sum(self.pairs[i].weight for i in indices)
-        for start in range(0, len(indices), chunk):
-            pairs = [self.pairs[i] for i in indices[start : start + chunk]]
+        for chunk in chunks:
+            pairs = [self.pairs[i] for i in chunk]
             chosen, rejected, tokens = pair_scores(self.model, pairs, pad_token_id=self.pad_token_id, share_prefix=self.share_prefix)
             weights = torch.tensor([pair.weight for pair in pairs], device=chosen.device)
             margins = torch.tensor([pair.margin for pair in pairs], device=chosen.device)

@@ -5,6 +5,7 @@ step to the one training loop (trainer.loop.train_loop).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from trainer import distributed
 from trainer.chat import display_text
 from trainer.config import OnlineConfig
 from trainer.data import DataError, Limits, check_rows, encode_prompt
@@ -43,6 +45,9 @@ class ScoredGroups:
     rows: list[dict]
     rewards: list[float]
     per_function: dict[str, list[float]]
+
+    def to(self, device: torch.device | str) -> ScoredGroups:
+        return dataclasses.replace(self, samples=self.samples.to(device))
 
     def keep_groups(self, groups: list[int]) -> ScoredGroups:
         size = self.samples.group_size
@@ -91,6 +96,36 @@ def check_prompt_lengths(
         encode_prompt(tokenizer, row["prompt"], limits, index=index, name=name)
 
 
+def sampling_seed(run_seed: int, step: int, round_: int, position: int) -> int:
+    """The seed of the completions of the prompt at `position` of a step's (and dynamic sampling round's) batch:
+    the same whichever process samples it, so a run draws the same completions on any number of processes."""
+    return ((run_seed * 1_000_003 + step) * 10_007 + round_) * 1_000_033 + position
+
+
+def sample_and_score_shared(
+    backend: HFGenerationBackend,
+    rewarder: Rewarder,
+    rows: list[dict],
+    params: SamplingParams,
+    config: OnlineConfig,
+    timings: dict[str, float],
+    *,
+    step: int,
+    round_: int = 0,
+) -> ScoredGroups:
+    """The step's prompts `rows` sampled and scored: each process samples and scores its contiguous share (a
+    group never spans processes), then every process gets every share, in order, so all of them hold the whole
+    round. Seeds per prompt position (sampling_seed) make the completions those of a one-process run."""
+    processes = distributed.active()
+    first, last = processes.share_bounds(len(rows))
+    seeds = [sampling_seed(config.seed, step, round_, position) for position in range(first, last)]
+    mine = sample_and_score(backend, rewarder, rows[first:last], params, config, timings, seeds=seeds)
+    if not processes.distributed:
+        return mine
+    device = mine.samples.prompt_ids.device
+    return concat_scored(processes.gather(mine.to("cpu")), pad_token_id=backend.pad_token_id).to(device)
+
+
 def sample_and_score(
     backend: HFGenerationBackend,
     rewarder: Rewarder,
@@ -98,10 +133,12 @@ def sample_and_score(
     params: SamplingParams,
     config: OnlineConfig,
     timings: dict[str, float],
+    *,
+    seeds: Sequence[int] | None = None,
 ) -> ScoredGroups:
     """Sample and score; adds the seconds spent to timings["time/generation_s"] and ["time/scoring_s"]."""
     started = time.perf_counter()
-    samples = backend.generate([row["prompt"] for row in rows], params)
+    samples = backend.generate([row["prompt"] for row in rows], params, seeds=seeds)
     generated = time.perf_counter()
     group = params.group_size
     breakdown = rewarder(
@@ -175,6 +212,7 @@ def prepare_online(
     resuming)."""
     config.validate()
     check_prompt_rows(data, config)
+    distributed.setup(config)
     seed_everything(config.seed)
     resume_state = resume_state_for(config)
     weights, adapter = model_source(config)

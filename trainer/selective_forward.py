@@ -19,6 +19,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from transformers import PreTrainedModel
 
+from trainer.distributed import is_sharded
+
 SELECTIVE_MODEL_TYPES = frozenset({"llama", "qwen2", "qwen3"})
 
 
@@ -28,6 +30,9 @@ def unwrapped(model: PreTrainedModel) -> PreTrainedModel:
 
 
 def supports_selective_forward(model: PreTrainedModel) -> bool:
+    # a sharded (FSDP) model gathers its weights in its modules' forward hooks: run it only through its forward
+    if is_sharded(model):
+        return False
     inner = unwrapped(model)
     config = inner.config
     if config.model_type not in SELECTIVE_MODEL_TYPES or getattr(config, "use_sliding_window", False):

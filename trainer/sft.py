@@ -33,11 +33,10 @@ class SFTObjective:
         self.examples = examples
         self.pad_token_id = pad_token_id
 
-    def micro_batches(self, indices: list[int], count: int) -> Iterator[MicroBatchOutput]:
-        chunk = len(indices) // count
+    def micro_batches(self, indices: list[int], chunks: list[list[int]]) -> Iterator[MicroBatchOutput]:
         step_tokens = sum(len(self.examples[i].input_ids) - self.examples[i].prompt_length for i in indices)
-        for start in range(0, len(indices), chunk):
-            batch = collate([self.examples[i] for i in indices[start : start + chunk]], pad_token_id=self.pad_token_id)
+        for chunk in chunks:
+            batch = collate([self.examples[i] for i in chunk], pad_token_id=self.pad_token_id)
             batch = batch.to(self.model.device)
             logps, _ = completion_token_logps(self.model, batch)
             yield MicroBatchOutput(loss=-logps.sum() / step_tokens, tokens=batch.tokens)

@@ -204,3 +204,26 @@ class ReportingSink:
 
     def checkpoint_removed(self, step: int, path: str) -> bool:
         return self.inner.checkpoint_removed(step, path)
+
+
+class NullSink:
+    """Reports nothing and never stops: the sink of every process but the main one in a torchrun run (whose
+    trainer.distributed.RankSink forwards only rank 0's reports and gives every rank rank 0's should_stop)."""
+
+    def start(self, *, total_steps: int, start_step: int) -> None:
+        pass
+
+    def log(self, step: int, metrics: Mapping[str, float], *, tokens_seen: int) -> None:
+        pass
+
+    def sample(self, row: SampleRow) -> None:
+        pass
+
+    def should_stop(self) -> bool:
+        return False
+
+    def checkpoint(self, step: int, path: str) -> None:
+        pass
+
+    def checkpoint_removed(self, step: int, path: str) -> bool:
+        return False

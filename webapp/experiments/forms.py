@@ -25,9 +25,9 @@ DATA_SOURCE_CHOICES = [
     ("project_prompts", "A project's prompts"),
     ("upload", "Upload a JSONL file"),
 ]
-GROUP_ORDER = ("model", "optimisation", "data", "logging", "advanced")
+GROUP_ORDER = ("model", "optimisation", "processes", "data", "logging", "advanced")
 # the "data" group holds sequence lengths and sampling settings; the data source has its own card
-GROUP_TITLES = {"data": "Sequences and sampling"}
+GROUP_TITLES = {"data": "Sequences and sampling", "processes": "Processes (data parallel, sharded)"}
 OPEN_GROUPS = ("model", "optimisation")
 # the fields above the config groups, in the order the page shows them
 SOURCE_FIELDS = ("name", "data_source", "level", "size", "project", "upload")
