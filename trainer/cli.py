@@ -191,9 +191,9 @@ def run(path: str, report_to: str | None = None) -> int:
     from transformers.utils import logging as transformers_logging
 
     from trainer.data import DataError
+    from trainer.distributed import launched_rank, teardown
     from trainer.loop import TrainingDiverged
     from trainer.models import ModelLoadError
-    from trainer.distributed import launched_rank, teardown
     from trainer.sink import FileSink, NullSink, ReportingSink
 
     # one progress bar (ours) on stderr, not transformers' per-load and per-save bars as well
