@@ -19,6 +19,7 @@ import json
 import logging
 import os
 import signal
+import subprocess
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -191,7 +192,7 @@ def run(path: str, report_to: str | None = None) -> int:
     from transformers.utils import logging as transformers_logging
 
     from trainer.data import DataError
-    from trainer.distributed import launched_rank, teardown
+    from trainer.distributed import launched_rank, launched_world_size, teardown
     from trainer.loop import TrainingDiverged
     from trainer.models import ModelLoadError
     from trainer.sink import FileSink, NullSink, ReportingSink
@@ -200,6 +201,8 @@ def run(path: str, report_to: str | None = None) -> int:
     transformers_logging.disable_progress_bar()
     show_trainer_log()
     run_file = read_run_file(path)
+    if run_file.config.num_processes > 1 and launched_world_size() == 1:
+        return run_under_torchrun(path, report_to, run_file.config.num_processes)
     data, eval_data = load_data(run_file.kind, run_file.data)
     output_dir = Path(run_file.config.output_dir)
     # under torchrun every process runs this; only the first writes files and reports (trainer.distributed)
@@ -239,6 +242,15 @@ def run(path: str, report_to: str | None = None) -> int:
     if summary:
         print(f"last values: {summary}", file=sys.stderr)
     return 0
+
+
+def run_under_torchrun(path: str, report_to: str | None, processes: int) -> int:
+    """A run file asking for several processes: the same command again, on that many processes under torchrun."""
+    from trainer.distributed import torchrun_command
+
+    arguments = ["run", path, *(["--report-to", report_to] if report_to else [])]
+    print(f"starting {processes} processes with torchrun", file=sys.stderr)
+    return subprocess.run(torchrun_command(processes, "trainer", *arguments), check=False).returncode
 
 
 def build_smollm2_command(directory: str) -> int:

@@ -2,7 +2,7 @@
 
 This module must not import torch or transformers: the web process builds its forms from these classes.
 
-Field metadata: "help" (shown in the form), "group" (model | optimisation | data | logging | advanced),
+Field metadata: "help" (shown in the form), "group" (model | optimisation | processes | data | logging | advanced),
 "test_only" (hidden by the web; e.g. forcing a NaN loss to test the divergence path).
 """
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import datetime
 import logging
 import os
+import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -156,6 +157,15 @@ def launched_world_size() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
+def torchrun_command(processes: int, module: str, *arguments: str, log_dir: str | None = None) -> list[str]:
+    """The command that runs `python -m module arguments` on `processes` local processes under torchrun
+    (a free rendezvous port on this machine; each rank's output in log_dir/, when given, as well)."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={processes}"]
+    if log_dir is not None:
+        command += [f"--log-dir={log_dir}", "--redirects=3", "--tee=3"]
+    return [*command, "-m", module, *arguments]
+
+
 def launched_rank() -> int:
     """This process's rank among those torchrun started (0 when it was not started by torchrun)."""
     return int(os.environ.get("RANK", "0"))
@@ -175,6 +185,7 @@ def setup(config: BaseConfig) -> Processes:
         _ACTIVE = Processes(parallelism=config.parallelism)
         return _ACTIVE
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    check_devices(int(os.environ.get("LOCAL_WORLD_SIZE", world_size)))
     if not dist.is_initialized():
         if torch.cuda.is_available():
             torch.cuda.set_device(local_rank)
@@ -184,6 +195,15 @@ def setup(config: BaseConfig) -> Processes:
         rank=dist.get_rank(), world_size=world_size, local_rank=local_rank, parallelism=config.parallelism
     )
     return _ACTIVE
+
+
+def check_devices(processes_here: int) -> None:
+    """One process per GPU: a machine with GPUs needs as many as the run starts processes on it."""
+    if torch.cuda.is_available() and torch.cuda.device_count() < processes_here:
+        raise ConfigError(
+            "num_processes",
+            f"{processes_here} processes on this machine need one GPU each, and it has {torch.cuda.device_count()}",
+        )
 
 
 def teardown() -> None:

@@ -111,26 +111,41 @@ class PPOLearner:
 
     @torch.no_grad()
     def rollout(self, rows: list[dict], timings: dict[str, float], *, step: int = 0) -> Rollout:
-        config = self.config
-        scored = sample_and_score_shared(self.backend, self.rewarder, rows, self.params, config, timings, step=step)
+        """Sample and score the step's prompts, then the per-token values, KL and advantages: each process
+        computes them for its share of the rows (they are per row) and every process gets all of them."""
+        scored = sample_and_score_shared(self.backend, self.rewarder, rows, self.params, self.config, timings, step=step)
         started = time.perf_counter()
+        processes = distributed.active()
+        first, last = processes.share_bounds(len(scored.rewards))
+        share = scored.samples if not processes.distributed else scored.samples.select_rows(torch.arange(first, last))
+        parts = self._per_token(share, scored.rewards[first:last])
+        if processes.distributed:
+            device = share.completion_ids.device
+            gathered = processes.gather(tuple(part.cpu() for part in parts))
+            parts = tuple(torch.cat(column).to(device) for column in zip(*gathered, strict=True))
+        logprobs, old_values, kl, advantages, returns = parts
+        scored = dataclasses.replace(scored, samples=dataclasses.replace(scored.samples, logprobs=logprobs))
+        timings["time/scoring_s"] += time.perf_counter() - started
+        return Rollout(scored, old_values, advantages, returns, kl)
+
+    def _per_token(self, samples: GroupSamples, scores: list[float]) -> tuple[Tensor, ...]:
+        """(old log-probs, values, KL to the reference, advantages, returns), each [rows, T], of `samples`."""
+        config = self.config
+        logprobs = samples.logprobs
         if self.recompute_old_logprobs:
-            logprobs = completion_logprobs(self.policy, scored.samples, temperature=config.temperature)[0]
-            scored = dataclasses.replace(scored, samples=dataclasses.replace(scored.samples, logprobs=logprobs))
-        samples = scored.samples
+            logprobs = completion_logprobs(self.policy, samples, temperature=config.temperature)[0]
         mask = samples.completion_mask
         old_values = token_values(self.critic, samples)
-        kl = torch.zeros_like(samples.logprobs)
+        kl = torch.zeros_like(logprobs)
         if self.reference is not None:
             with self.reference.active() as reference:
                 ref_logprobs = completion_logprobs(reference, samples, temperature=config.temperature)[0]
-            kl = (samples.logprobs - ref_logprobs) * mask
+            kl = (logprobs - ref_logprobs) * mask
         rewards = -config.kl_coef * kl
         last = (mask.sum(dim=1) - 1).clamp(min=0)
-        rewards[torch.arange(len(last)), last] += torch.tensor(scored.rewards, dtype=rewards.dtype)
+        rewards[torch.arange(len(last)), last] += torch.tensor(scores, dtype=rewards.dtype)
         advantages, returns = gae(rewards, old_values, mask, gamma=config.gamma, lam=config.lam)
-        timings["time/scoring_s"] += time.perf_counter() - started
-        return Rollout(scored, old_values, advantages, returns, kl)
+        return logprobs, old_values, kl, advantages, returns
 
     def update(self, step: int, rollout: Rollout) -> dict[str, float]:
         config = self.config

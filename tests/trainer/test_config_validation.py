@@ -64,6 +64,6 @@ def test_every_field_has_help_and_a_known_group():
     for cls in CONFIG_CLASSES.values():
         for field in dataclasses.fields(cls):
             assert field.metadata.get("help"), (cls.__name__, field.name)
-            assert field.metadata.get("group") in {"model", "optimisation", "data", "logging", "advanced"}
+            assert field.metadata.get("group") in {"model", "optimisation", "data", "logging", "processes", "advanced"}
     nan_field = next(f for f in dataclasses.fields(DPOConfig) if f.name == "debug_nan_at_step")
     assert nan_field.metadata["test_only"] is True

@@ -77,10 +77,19 @@ def test_worker_listens_on_the_gpu_queue_one_job_at_a_time_with_one_gpu_reserved
     assert devices == [{"driver": "nvidia", "count": 1, "capabilities": ["gpu"]}]
 
 
+def test_the_multi_gpu_variant_gives_one_worker_every_gpu_of_its_node_and_room_for_nccl():
+    node_worker = _compose()["services"]["node-worker"]
+    assert node_worker["profiles"] == ["multi-gpu"]  # started only when asked for, instead of `worker`
+    assert node_worker["command"] == _compose()["services"]["worker"]["command"]
+    devices = node_worker["deploy"]["resources"]["reservations"]["devices"]
+    assert devices == [{"driver": "nvidia", "count": "all", "capabilities": ["gpu"]}]
+    assert node_worker["ipc"] == "host" and node_worker["shm_size"] == "16gb"
+
+
 def test_web_and_workers_get_every_setting_and_only_settings_the_code_reads():
     read_by_settings = _variables_read_by_settings()
     assert read_by_settings >= REQUIRED_VARIABLES
-    for name in ("web", "worker", "light-worker"):
+    for name in ("web", "worker", "node-worker", "light-worker"):
         environment = _compose()["services"][name]["environment"]
         assert set(environment) >= REQUIRED_VARIABLES, name
         assert set(environment) <= read_by_settings, name
