@@ -250,7 +250,7 @@ def run_under_torchrun(path: str, report_to: str | None, processes: int) -> int:
 
     arguments = ["run", path, *(["--report-to", report_to] if report_to else [])]
     print(f"starting {processes} processes with torchrun", file=sys.stderr)
-    return subprocess.run(torchrun_command(processes, "trainer", *arguments), check=False).returncode
+    return subprocess.run(torchrun_command(processes, "-m", "trainer", *arguments), check=False).returncode
 
 
 def build_smollm2_command(directory: str) -> int:

@@ -157,13 +157,16 @@ def launched_world_size() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
-def torchrun_command(processes: int, module: str, *arguments: str, log_dir: str | None = None) -> list[str]:
-    """The command that runs `python -m module arguments` on `processes` local processes under torchrun
-    (a free rendezvous port on this machine; each rank's output in log_dir/, when given, as well)."""
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={processes}"]
+def torchrun_command(processes: int, *entry: str, log_dir: str | None = None) -> list[str]:
+    """torchrun starting `processes` local copies of `entry` (["-m", "trainer", "run", FILE], or a script and its
+    arguments), with this Python: a rendezvous on a free local port, no restarts. With `log_dir`, each rank's
+    stdout and stderr go to log_dir/<job>/attempt_0/<local_rank>/, beside the error file torchrun's `record`
+    writes there, and torchrun's own output stays its summary."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1",
+               f"--nproc-per-node={processes}", "--max-restarts=0"]
     if log_dir is not None:
-        command += [f"--log-dir={log_dir}", "--redirects=3", "--tee=3"]
-    return [*command, "-m", module, *arguments]
+        command += [f"--log-dir={log_dir}", "--redirects=3"]
+    return [*command, *entry]
 
 
 def launched_rank() -> int:

@@ -1,0 +1,91 @@
+"""One process of a run on many processes: what torchrun starts on each rank, `python -m workers.rank RUN_ID`.
+
+The gpu worker claimed the run (queued -> running) and started torchrun (workers.training.run_distributed); each
+rank builds the run's config and data from the database exactly as a single-process run does and calls the
+kind's train function, which joins the process group itself (trainer.distributed.setup). Rank 0 reports through
+a `DatabaseSink` (the trainer's RankSink forwards only its reports and gives every rank its should_stop); the
+other ranks report into a `NullSink`.
+
+Rank 0 records the run's outcome: finished, canceled, or failed with its own error. A rank's exception is
+re-raised so that torchrun stops the others and `record` writes it to the rank's error file, which the worker
+reads when the run is still running after torchrun exits (another rank failed, or was killed).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+from pathlib import Path
+
+from torch.distributed.elastic.multiprocessing.errors import record
+
+PR_SET_PDEATHSIG = 1
+# Beside the error file torchrun gives each rank (…/attempt_0/<local_rank>/error.json), so the worker finds
+# every rank's pid after the run, whatever happened to torchrun.
+PID_FILE_NAME = "pid"
+
+
+def die_with_parent() -> None:
+    """Be killed when torchrun dies (torchrun is killed when the worker dies): torchrun starts each rank in a
+    session of its own, so nothing else would stop a rank whose launcher vanished."""
+    if not sys.platform.startswith("linux"):
+        return
+    parent = os.getppid()
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:  # the parent died before the death signal was armed
+        os._exit(1)
+
+
+def write_pid_file() -> None:
+    error_file = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if error_file:
+        Path(error_file).with_name(PID_FILE_NAME).write_text(str(os.getpid()))
+
+
+@record
+def main() -> None:
+    die_with_parent()
+    write_pid_file()
+    run_id = int(sys.argv[1])
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
+    import django
+
+    from trainer.distributed import launched_rank
+
+    django.setup()
+    train_rank(run_id=run_id, rank=launched_rank())
+
+
+def train_rank(*, run_id: int, rank: int) -> None:
+    from trainer import distributed
+    from trainer.sink import NullSink
+    from webapp.experiments import services
+    from webapp.experiments.models import Run
+    from workers.torchrun import is_peer_loss
+    from workers.training import DatabaseSink, run_fail_with, run_train
+
+    run = Run.objects.get(pk=run_id)
+    if run.status != Run.Status.RUNNING:
+        raise RuntimeError(f"run {run_id} is {run.status}, not running: a run's processes are started by its worker")
+    if rank != 0:
+        run_train(run, NullSink())
+        distributed.teardown()
+        return
+    sink = DatabaseSink(run_id)
+    try:
+        result = run_train(run, sink)
+    except Exception as error:
+        sink.close()
+        # "connection closed by peer" only says that another rank died: the worker names that rank and its error
+        if not is_peer_loss(error):
+            run_fail_with(run_id, error)
+        raise
+    sink.close()
+    distributed.teardown()
+    services.run_finish(run_id=run_id, stopped=result.stopped)
+
+
+if __name__ == "__main__":
+    main()
