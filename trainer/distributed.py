@@ -22,7 +22,7 @@ import datetime
 import logging
 import os
 import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -254,15 +254,6 @@ def rank_sink(sink: Sink) -> Sink:
     return RankSink(sink, processes) if processes.distributed and not isinstance(sink, RankSink) else sink
 
 
-def main_process_only(function: Callable[..., T]) -> Callable[..., T | None]:
-    """`function` runs on the main process only (writing files every rank would otherwise write too)."""
-
-    def wrapper(*args: Any, **kwargs: Any) -> T | None:
-        return function(*args, **kwargs) if active().is_main else None
-
-    return wrapper
-
-
 def decoder_layers(model: nn.Module) -> list[nn.Module]:
     """The repeated blocks FSDP shards one by one: the longest ModuleList in the model (a decoder's layers)."""
     lists = [module for module in model.modules() if isinstance(module, nn.ModuleList)]
@@ -299,6 +290,11 @@ def is_sharded(model: nn.Module) -> bool:
     from torch.distributed.fsdp import FSDPModule
 
     return isinstance(model, FSDPModule)
+
+
+def holds_sharded(module: nn.Module) -> bool:
+    """`module` or a module in it is sharded (PPO's policy and critic side by side, say)."""
+    return any(is_sharded(each) for each in module.modules())
 
 
 class gathered_weights:

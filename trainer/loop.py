@@ -186,14 +186,18 @@ def save_checkpoint(
         partial.mkdir(parents=True)
     processes.barrier()
     sharded = distributed.is_sharded(model)
-    weights = distributed.full_state_dict(model) if sharded else None
+    models = {".": model, **(extra_models or {})}
+    # gathered on every process (a collective), written by the main one
+    weights = {name: distributed.full_state_dict(each) if distributed.is_sharded(each) else None
+               for name, each in models.items()}
     if sharded:
-        distributed.save_sharded_optimizer(model, optimizer, partial / distributed.OPTIMIZER_DIR)
+        distributed.save_sharded_optimizer(
+            optimized_module(model, extra_models), optimizer, partial / distributed.OPTIMIZER_DIR
+        )
     if processes.is_main:
-        model.save_pretrained(partial, state_dict=weights)
+        for name, each in models.items():
+            each.save_pretrained(partial / name, state_dict=weights[name])
         tokenizer.save_pretrained(partial)
-        for name, extra_model in (extra_models or {}).items():
-            extra_model.save_pretrained(partial / name)
         state = {
             "step": step,
             "tokens_seen": tokens_seen,
@@ -211,6 +215,14 @@ def save_checkpoint(
         partial.rename(directory)
     processes.barrier()
     return directory
+
+
+def optimized_module(model: torch.nn.Module, extra_models: Mapping[str, torch.nn.Module] | None) -> torch.nn.Module:
+    """The module holding every parameter the optimizer steps: the model, and beside it the extra models (PPO's
+    critic), so that a sharded optimizer state names each parameter the same way when saved and loaded."""
+    if not extra_models:
+        return model
+    return torch.nn.ModuleDict({"model": model, **extra_models})
 
 
 def checkpoint_step(directory: Path) -> int | None:
@@ -309,7 +321,7 @@ def restore_training_state(
     if state is None:
         return 0, 0
     sharded_state = Path(directory) / distributed.OPTIMIZER_DIR if directory is not None else None
-    if "optimizer" in state and model is not None and distributed.is_sharded(model):
+    if "optimizer" in state and model is not None and distributed.holds_sharded(model):
         distributed.load_full_optimizer_state(model, optimizer, state["optimizer"])
     elif "optimizer" in state:
         optimizer.load_state_dict(state["optimizer"])
@@ -396,7 +408,8 @@ def train_loop(run: Training, sink: Sink) -> TrainResult:
     precision = run.precision or resolve_precision("fp32", run.model.device)
     # resume: optimizer, schedule, data order and RNG exactly where the checkpoint left them
     start_step, tokens_seen = restore_training_state(
-        run.resume_state, run.optimizer, run.scheduler, run.order, model=run.model, directory=config.resume_from
+        run.resume_state, run.optimizer, run.scheduler, run.order,
+        model=optimized_module(run.model, run.extra_models), directory=config.resume_from
     )
     sink.start(total_steps=steps, start_step=start_step)
     metrics: dict[str, float] = {}

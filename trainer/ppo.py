@@ -50,12 +50,27 @@ def token_values(critic: PreTrainedModel, samples: GroupSamples) -> Tensor:
     """V(s_t) [N, T] for every completion token t: the critic's head on the hidden state that predicts it."""
     input_ids = torch.cat([samples.prompt_ids, samples.completion_ids], dim=1)
     attention = torch.cat([samples.prompt_mask, samples.completion_mask], dim=1)
-    hidden = critic.base_model(
-        input_ids=input_ids, attention_mask=attention, position_ids=position_ids_from_mask(attention), use_cache=False
-    ).last_hidden_state
+    inputs = {"input_ids": input_ids, "attention_mask": attention, "position_ids": position_ids_from_mask(attention),
+              "use_cache": False}
     width = samples.completion_ids.shape[1]
-    values = critic.score(hidden[:, -width - 1 : -1]).squeeze(-1).float()
+    if distributed.is_sharded(critic):
+        # a sharded model runs only through its own forward, which keeps the head's output at the last token
+        # alone: the head's output at every position is taken as it passes
+        scores = _head_outputs(critic, inputs)
+    else:
+        scores = critic.score(critic.base_model(**inputs).last_hidden_state)
+    values = scores[:, -width - 1 : -1].squeeze(-1).float()
     return values * samples.completion_mask
+
+
+def _head_outputs(critic: PreTrainedModel, inputs: dict) -> Tensor:
+    outputs: list[Tensor] = []
+    handle = critic.score.register_forward_hook(lambda _module, _inputs, output: outputs.append(output))
+    try:
+        critic(**inputs)
+    finally:
+        handle.remove()
+    return outputs[0]
 
 
 def whiten(values: Tensor, mask: Tensor) -> Tensor:
@@ -251,10 +266,6 @@ def train(
 ) -> TrainResult:
     if config.grad_accum_steps != 1:
         raise ConfigError("grad_accum_steps", "PPO splits each rollout with num_mini_batches; leave this at 1")
-    if config.num_processes > 1 and config.parallelism == "fsdp":
-        raise ConfigError(
-            "parallelism", "PPO runs on ddp for now: its critic reads hidden states outside the model's forward"
-        )
     resume_state, tokenizer, policy, precision = prepare_online(config, data)
     critic = load_reward_model(
         critic_source(config), pad_token_id=tokenizer.pad_token_id, device=policy.device, precision=precision

@@ -99,7 +99,9 @@ def test_two_ddp_processes_reproduce_one_process(kind, tiny_model, tmp_path):
         assert ratios == [row["metrics"]["groups/informative_ratio"] for row in one]
 
 
-@pytest.mark.parametrize(("kind", "precision"), [("sft", "fp32"), ("grpo", "fp32"), ("dpo", "bf16-mixed")])
+@pytest.mark.parametrize(
+    ("kind", "precision"), [("sft", "fp32"), ("grpo", "fp32"), ("ppo", "fp32"), ("dpo", "bf16-mixed")]
+)
 def test_fsdp_on_two_processes_matches_ddp_and_saves_an_ordinary_model(kind, precision, tiny_model, tmp_path):
     tolerance = FP32_TOLERANCE if precision == "fp32" else BF16_TOLERANCE
     ddp = _train(_run_file(tmp_path / "ddp", kind, tiny_model, num_processes=2, precision=precision))
@@ -120,19 +122,22 @@ def test_fsdp_on_two_processes_matches_ddp_and_saves_an_ordinary_model(kind, pre
             assert difference.mean() <= tolerance / 10, name
 
 
+FSDP = {"num_processes": 2, "parallelism": "fsdp"}
+
+
 @pytest.mark.parametrize(
-    ("first", "then"),
-    [({"num_processes": 2, "parallelism": "fsdp"}, {}), ({}, {"num_processes": 2}), ({}, {"num_processes": 2, "parallelism": "fsdp"})],
-    ids=["fsdp-2-to-1", "1-to-ddp-2", "1-to-fsdp-2"],
+    ("kind", "first", "then"),
+    [("sft", FSDP, {}), ("sft", {}, {"num_processes": 2}), ("sft", {}, FSDP), ("ppo", FSDP, {})],
+    ids=["sft-fsdp-2-to-1", "sft-1-to-ddp-2", "sft-1-to-fsdp-2", "ppo-fsdp-2-to-1"],
 )
-def test_a_run_resumes_on_another_number_of_processes(first, then, tiny_model, tmp_path):
+def test_a_run_resumes_on_another_number_of_processes(kind, first, then, tiny_model, tmp_path):
     # a constant schedule, so a first part of 4 steps is the first 4 steps of the 8-step run
-    constant = {"lr_scheduler": "constant", "eval_max_new_tokens": 8}
-    whole = _train(_run_file(tmp_path / "whole", "sft", tiny_model, max_steps=8, **constant))
-    _train(_run_file(tmp_path / "first", "sft", tiny_model, max_steps=4, **constant, **first))
+    constant = {"lr_scheduler": "constant"}
+    whole = _train(_run_file(tmp_path / "whole", kind, tiny_model, max_steps=8, **constant))
+    _train(_run_file(tmp_path / "first", kind, tiny_model, max_steps=4, **constant, **first))
     checkpoint = tmp_path / "first" / "out" / "checkpoints" / "step-4"
     resumed = _train(
-        _run_file(tmp_path / "then", "sft", tiny_model, max_steps=8, resume_from=str(checkpoint), **constant, **then)
+        _run_file(tmp_path / "then", kind, tiny_model, max_steps=8, resume_from=str(checkpoint), **constant, **then)
     )
     _assert_same_numbers(whole[4:], resumed, FP32_TOLERANCE)
 
