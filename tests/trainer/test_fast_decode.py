@@ -180,3 +180,25 @@ def test_the_float32_head_of_bf16_mixed_samples_through_a_packed_float32_copy(ti
     assert (folded.matrix.packed is not None) == torch.backends.mkl.is_available()
     assert ours.dtype == theirs.dtype == torch.float32
     torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["onednn", "mkl"])
+def test_the_float32_head_copies_multiply_as_the_head_does(kind):
+    generator = torch.Generator().manual_seed(0)
+    weight, bias = torch.randn(300, 48, generator=generator), torch.randn(300, generator=generator)
+    x = torch.randn(16, 48, generator=generator)
+    matrix = (fast_decode.Matrix.onednn_float32(weight, bias) if kind == "onednn"
+              else fast_decode.Matrix.packed_float32(weight, bias, 16))
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # as under bf16-mixed: the copy stays float32
+        product = matrix(x)
+    assert product.dtype == torch.float32
+    torch.testing.assert_close(product, F.linear(x, weight, bias), atol=1e-5, rtol=1e-5)
+
+
+def test_choosing_the_faster_float32_product_draws_no_random_number():
+    torch.manual_seed(7)
+    expected = torch.rand(3)
+    torch.manual_seed(7)
+    fast_decode.Matrix.fastest_float32(torch.ones(64, 32), None, rows=4)
+    assert torch.equal(torch.rand(3), expected)  # sampling after it draws what it would have drawn
+    assert fast_decode._FASTEST_FLOAT32[((64, 32), 4)] in ("onednn", "mkl")
