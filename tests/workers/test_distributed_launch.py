@@ -18,10 +18,10 @@ import time
 from pathlib import Path
 
 import pytest
-from django import forms
 
 from tests.webapp.experiments.helpers import (
     ARITHMETIC,
+    as_the_browser_posts,
     register_tiny_model,
     run_status,
     small_config,
@@ -154,18 +154,6 @@ def tiny_model(settings, tiny_model_dir):
     return register_tiny_model(tiny_model_dir)
 
 
-def _as_the_browser_posts(form: forms.Form) -> dict[str, str]:
-    posted = {}
-    for name, field in form.fields.items():
-        value = form[name].value()
-        if isinstance(field, forms.BooleanField):
-            if value:
-                posted[name] = "on"
-        elif not isinstance(field, forms.FileField):
-            posted[name] = "" if value is None else str(value)
-    return posted
-
-
 def _launch_from_the_form(client, model_path: str, **values: str) -> Run:
     """The GRPO launch form as a researcher fills it: the tiny model, two processes, a few small steps; every
     other field as the form offers it."""
@@ -173,7 +161,7 @@ def _launch_from_the_form(client, model_path: str, **values: str) -> Run:
     small = {"name": "two processes", "model": model_path, "lr": "1e-4", "max_steps": str(STEPS), "batch_size": "4",
              "group_size": "2", "max_new_tokens": "8", "max_length": "48", "max_prompt_length": "",
              "overlong_buffer": "", "checkpoint_every": "0", "num_processes": "2", "parallelism": "ddp"}
-    response = client.post("/runs/new?kind=grpo", {**_as_the_browser_posts(form), **small, **values})
+    response = client.post("/runs/new?kind=grpo", {**as_the_browser_posts(form), **small, **values})
     assert response.status_code == 302, response.context["form"].errors if response.context else response
     return Run.objects.get(pk=int(response["Location"].strip("/").split("/")[-1]))
 

@@ -5,6 +5,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from django import forms
 from django.conf import settings
 
 from webapp.experiments import services
@@ -62,3 +63,17 @@ def finished_run_with_checkpoints(model: ModelRef, model_dir: Path, created_by, 
         for step in range(1, max(steps) + 1)])
     Run.objects.filter(pk=run.pk).update(status=Run.Status.FAILED)
     return run
+
+
+def as_the_browser_posts(form: forms.Form) -> dict[str, str]:
+    """What a browser submits for `form` as it is first shown: every field's initial value (a ticked box as "on",
+    an unticked one not at all; file fields left out)."""
+    posted = {}
+    for name, field in form.fields.items():
+        value = form[name].value()
+        if isinstance(field, forms.BooleanField):
+            if value:
+                posted[name] = "on"
+        elif not isinstance(field, forms.FileField):
+            posted[name] = "" if value is None else str(value)
+    return posted

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from django import forms
 
+from tests.webapp.experiments.helpers import as_the_browser_posts
 from webapp.experiments.models import Run
 
 pytestmark = pytest.mark.django_db
@@ -28,18 +29,6 @@ def readme_recipe() -> dict[str, str]:
     return {label.replace(" ", "_"): value for label, value in pairs}
 
 
-def _as_the_browser_posts(form: forms.Form) -> dict[str, str]:
-    posted = {}
-    for name, field in form.fields.items():
-        value = form[name].value()
-        if isinstance(field, forms.BooleanField):
-            if value:
-                posted[name] = "on"
-        elif not isinstance(field, forms.FileField):
-            posted[name] = "" if value is None else str(value)
-    return posted
-
-
 def _flat_choices(field: forms.ChoiceField) -> list[tuple[str, str]]:
     flat = []
     for value, label in field.choices:
@@ -57,7 +46,7 @@ def test_the_readme_grpo_recipe_launches_as_written(researcher_client, tiny_mode
     (model_choice,) = [value for value, label in _flat_choices(form.fields["model"]) if label.startswith(tiny_model.name)]
     recipe = readme_recipe()
     response = researcher_client.post("/runs/new?kind=grpo",
-                                      {**_as_the_browser_posts(form), "model": model_choice, **recipe})
+                                      {**as_the_browser_posts(form), "model": model_choice, **recipe})
     assert response.status_code == 302, response.context["form"].errors
     run = Run.objects.get()
     assert response["Location"] == f"/runs/{run.pk}/"
