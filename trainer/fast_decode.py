@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import time
+import weakref
 from dataclasses import dataclass
 
 import torch
@@ -59,8 +60,8 @@ class KVDecoder:
         # transformers forward computes them from its float32 residual stream
         dtype = sampling_dtype(weights, device)
         # keys transposed, [rows, kv_heads, D, capacity]: the scores' product then reads a plain strided matrix
-        # (bf16, 16 rows of SmolLM2: 103 -> 48 us a layer; 0.35 -> 0.25 s of a generation), where keys.transpose of [.., capacity, D] is a
-        # transposed operand the batched product copies first
+        # (bf16, 16 rows of SmolLM2: 103 -> 48 us a layer; 0.35 -> 0.25 s of a generation), where keys.transpose of
+        # [.., capacity, D] is a transposed operand the batched product copies first
         self.keys = [torch.empty(rows, self.kv_heads, self.head_dim, capacity, dtype=dtype, device=device)
                      for _ in self.layers]
         self.values = [torch.empty(rows, self.kv_heads, capacity, self.head_dim, dtype=dtype, device=device)
@@ -68,9 +69,11 @@ class KVDecoder:
         probe = torch.empty(0, dtype=weights, device=device)
         self.cos, self.sin = self.body.rotary_emb(probe, position_ids=positions)  # [rows, capacity, D]
         self.length = 0
-        self.fused = fused_projections(self.layers, self.head_dim, dtype)
+        store = copy_store(self.body)
+        self.fused = fused_projections(self.layers, self.head_dim, dtype, store=store)
         self.folded_head = (
-            folded_head(self.head, self.body.norm, dtype, rows=decode_rows or rows) if self.fused is not None else None
+            folded_head(self.head, self.body.norm, dtype, rows=decode_rows or rows, store=store)
+            if self.fused is not None else None
         )
 
     def repeat_rows(self, times: int) -> None:
@@ -183,11 +186,6 @@ class UnitRMS:
         return wide / torch.hypot(torch.linalg.vector_norm(wide, dim=-1, keepdim=True), self.eps_root)
 
 
-def folded_weight(weight: Tensor, norm: nn.Module) -> Tensor:
-    """weight [out, in] with the preceding RMSNorm's weight and sqrt(in) folded into its columns."""
-    return weight * (norm.weight * math.sqrt(weight.shape[1]))[None, :]
-
-
 @dataclass(frozen=True)
 class Matrix:
     """A frozen copy of a projection, weight [out, in] in the dtype its products run in.
@@ -205,20 +203,17 @@ class Matrix:
     onednn: tuple[Tensor, Tensor | None] | None = None
 
     @classmethod
-    def of(cls, weight: Tensor, bias: Tensor | None, dtype: torch.dtype) -> Matrix:
-        copy = weight.detach().to(dtype, copy=True).contiguous()
-        return cls(copy, None if bias is None else bias.detach().to(dtype, copy=True))
-
-    @classmethod
     def packed_float32(cls, weight: Tensor, bias: Tensor | None, rows: int) -> Matrix:
-        """A float32 copy that MKL multiplies without packing the weight again on every call (the float32 head
-        of bf16-mixed, SmolLM2's 113 MB at 16 rows: 11.0 -> 6.4 ms a token; packing once costs 32 ms). Where MKL
-        is absent (not an x86 CPU), the plain copy."""
-        plain = cls.of(weight, bias, torch.float32)
-        if plain.weight.device.type != "cpu" or not torch.backends.mkl.is_available():
-            return plain
-        packed = torch.ops.mkl._mkl_reorder_linear_weight(plain.weight, rows)
-        return cls(plain.weight, plain.bias, packed=packed, packed_rows=rows)
+        """`weight` (float32; kept as it is, so a copy made for this) with MKL's packed copy, which multiplies
+        without packing the weight again on every call (the float32 head of bf16-mixed, SmolLM2's 113 MB at 16
+        rows: 11.0 -> 6.4 ms a token; packing once costs 32 ms). Where MKL is absent (not an x86 CPU), the plain
+        copy."""
+        weight = weight.detach().float().contiguous()
+        bias = None if bias is None else bias.detach().float()
+        if weight.device.type != "cpu" or not torch.backends.mkl.is_available():
+            return cls(weight, bias)
+        packed = torch.ops.mkl._mkl_reorder_linear_weight(weight, rows)
+        return cls(weight, bias, packed=packed, packed_rows=rows)
 
     @classmethod
     def onednn_float32(cls, weight: Tensor, bias: Tensor | None) -> Matrix:
@@ -242,11 +237,6 @@ class Matrix:
         if _FASTEST_FLOAT32[key] == "onednn":
             return cls.onednn_float32(weight, bias)
         return cls.packed_float32(weight, bias, rows)
-
-    @classmethod
-    def of_linear(cls, module: nn.Module, dtype: torch.dtype) -> Matrix | None:
-        """A plain Linear's copy; None for anything else (LoRA, quantised layers), which runs its own forward."""
-        return cls.of(module.weight, module.bias, dtype) if type(module) is nn.Linear else None
 
     def __call__(self, x: Tensor) -> Tensor:
         """x [rows, in] -> [rows, out] in the copy's dtype."""
@@ -331,10 +321,12 @@ class FusedLayer:
         return _apply(mlp.down_proj, self.down, _activation(mlp.act_fn, gate) * up)
 
 
-def fused_projections(layers: list[nn.Module], head_dim: int, dtype: torch.dtype | None = None) -> list[FusedLayer] | None:
-    """Fused copies of every layer's weights in `dtype` (the weights' own by default), or None when a projection
-    is not a plain Linear (LoRA, quantised), the model normalises heads before the rotation (Qwen3), or copies
-    in the weights' own dtype would be too large."""
+def fused_projections(
+    layers: list[nn.Module], head_dim: int, dtype: torch.dtype | None = None, *, store: CopyStore | None = None
+) -> list[FusedLayer] | None:
+    """Fused copies of every layer's weights in `dtype` (the weights' own by default), written into `store`'s
+    buffers (fresh ones without a store), or None when a projection is not a plain Linear (LoRA, quantised), the
+    model normalises heads before the rotation (Qwen3), or copies in the weights' own dtype would be too large."""
     projections = [
         (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj, layer.mlp.gate_proj, layer.mlp.up_proj)
         for layer in layers
@@ -351,46 +343,133 @@ def fused_projections(layers: list[nn.Module], head_dim: int, dtype: torch.dtype
     copied += sum(_nbytes(layer.self_attn.o_proj) + _nbytes(layer.mlp.down_proj) for layer in layers)
     if dtype == weights and copied > FUSED_WEIGHTS_MAX_BYTES:
         return None
-    return [_fuse_layer(layer, head_dim=head_dim, dtype=dtype) for layer in layers]
+    store = store or CopyStore(keep=False)
+    return [_fuse_layer(layer, head_dim=head_dim, dtype=dtype, store=store, index=index) for index, layer in enumerate(layers)]
 
 
-def _fuse_layer(layer: nn.Module, *, head_dim: int, dtype: torch.dtype) -> FusedLayer:
+class CopyStore:
+    """Buffers for the decoder's copies of the weights, kept from one sampling call to the next on the CPU.
+
+    The copies are written anew on every call (the weights change with every optimizer step), but on the CPU
+    allocating them afresh costs more than writing them: glibc returns blocks this large to the kernel when they
+    are freed, so each call paid a page fault per 4 KB of fresh memory (SmolLM2: about 0.5 s of a 3 s generation
+    went to concatenating and casting into new tensors). On a GPU the caching allocator already reuses memory,
+    and copies kept between calls would hold device memory through training, so there every call gets fresh ones.
+    """
+
+    def __init__(self, *, keep: bool) -> None:
+        self.keep = keep
+        self._buffers: dict[tuple, Tensor] = {}
+
+    def buffer(self, key: tuple, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> Tensor:
+        if not self.keep:
+            return torch.empty(shape, dtype=dtype, device=device)
+        kept = self._buffers.get(key)
+        if kept is None or kept.shape != shape or kept.dtype != dtype or kept.device != device:
+            kept = self._buffers[key] = torch.empty(shape, dtype=dtype, device=device)
+        return kept
+
+
+_COPY_STORES: weakref.WeakKeyDictionary[nn.Module, CopyStore] = weakref.WeakKeyDictionary()
+
+
+def copy_store(body: nn.Module) -> CopyStore:
+    """The store of a decoder body's copies: kept with the body on the CPU, fresh each call elsewhere."""
+    if body.embed_tokens.weight.device.type != "cpu":
+        return CopyStore(keep=False)
+    if body not in _COPY_STORES:
+        _COPY_STORES[body] = CopyStore(keep=True)
+    return _COPY_STORES[body]
+
+
+def _write_folded(out: Tensor, weight: Tensor, scale: Tensor | None, scratch: Tensor | None = None) -> None:
+    """out = weight * scale (per input column), or a plain copy without scale. Where out's dtype differs from the
+    product's, the product goes through `scratch` (a kept buffer of the product's dtype, at least as large), since
+    torch.mul into an out of another dtype allocates a temporary as large as the weight."""
+    if scale is None:
+        out.copy_(weight)
+    elif scratch is None or out.dtype == torch.promote_types(weight.dtype, scale.dtype):
+        torch.mul(weight, scale, out=out)
+    else:
+        product = scratch.view(-1)[: weight.numel()].view(weight.shape)
+        torch.mul(weight, scale, out=product)
+        out.copy_(product)
+
+
+def _write_rotated_half(out: Tensor, weight: Tensor, scale: Tensor, head_dim: int, scratch: Tensor | None = None) -> None:
+    """out = rotate_half applied to weight's rows head by head ([-second half; first half]), folded by scale."""
+    halves, written = weight.unflatten(0, (-1, 2, head_dim // 2)), out.unflatten(0, (-1, 2, head_dim // 2))
+    _write_folded(written[:, 0], halves[:, 1], -scale, scratch)
+    _write_folded(written[:, 1], halves[:, 0], scale, scratch)
+
+
+def _fold_scale(norm: nn.Module, hidden_size: int) -> Tensor:
+    """The RMSNorm weight and sqrt(hidden size) that fold into the columns of the matrix after the norm."""
+    return norm.weight.detach() * math.sqrt(hidden_size)
+
+
+def _fuse_layer(layer: nn.Module, *, head_dim: int, dtype: torch.dtype, store: CopyStore, index: int) -> FusedLayer:
     attention, mlp = layer.self_attn, layer.mlp
     q, k, v = attention.q_proj, attention.k_proj, attention.v_proj
+    hidden_size = q.weight.shape[1]
+    device = q.weight.device
 
-    def rotated_half(weight: Tensor) -> Tensor:
-        heads = weight.unflatten(0, (-1, head_dim))
-        half = head_dim // 2
-        return torch.cat([-heads[:, half:], heads[:, :half]], dim=1).flatten(0, 1)
+    def rotated_half(bias: Tensor) -> Tensor:
+        heads = bias.unflatten(0, (-1, head_dim))
+        return torch.cat([-heads[:, head_dim // 2 :], heads[:, : head_dim // 2]], dim=1).flatten()
 
     def joined(parts: list[Tensor | None]) -> Tensor | None:
-        return None if any(part is None for part in parts) else torch.cat(parts)
+        return None if any(part is None for part in parts) else torch.cat(parts).to(dtype)
 
     with torch.no_grad():
-        query_key_weight = torch.cat([q.weight, k.weight])
-        query_key_bias = joined([q.bias, k.bias])
-        attention_bias = (
-            None
-            if query_key_bias is None or v.bias is None
-            else torch.cat([query_key_bias, rotated_half(query_key_bias[:, None])[:, 0], v.bias])
+        # [q; k; rotate_half(q); rotate_half(k); v], each with the input norm folded in
+        query_key_width = q.out_features + k.out_features
+        attention_scale = _fold_scale(layer.input_layernorm, hidden_size)
+        attention_weight = store.buffer(
+            (index, "attention"), (2 * query_key_width + v.out_features, hidden_size), dtype, device
         )
-        attention_weight = torch.cat([query_key_weight, rotated_half(query_key_weight), v.weight])
-        gate_up_weight = torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight])
-        hidden_size = q.weight.shape[1]
+        query_key, query_key_rotated, value = attention_weight.split(
+            [query_key_width, query_key_width, v.out_features]
+        )
+        folded = (q.weight, k.weight, v.weight, mlp.gate_proj.weight, mlp.up_proj.weight)
+        scratch = store.buffer(("scratch",), (max(weight.numel() for weight in folded),), q.weight.dtype, device)
+        for module, rows in ((q, slice(0, q.out_features)), (k, slice(q.out_features, query_key_width))):
+            _write_folded(query_key[rows], module.weight, attention_scale, scratch)
+            _write_rotated_half(query_key_rotated[rows], module.weight, attention_scale, head_dim, scratch)
+        _write_folded(value, v.weight, attention_scale, scratch)
+        query_key_bias = None if q.bias is None or k.bias is None else torch.cat([q.bias, k.bias])
+        attention_bias = (
+            None if query_key_bias is None or v.bias is None
+            else joined([query_key_bias, rotated_half(query_key_bias), v.bias])
+        )
+        # [gate; up] with the post-attention norm folded in
+        mlp_scale = _fold_scale(layer.post_attention_layernorm, hidden_size)
+        gate_up_weight = store.buffer(
+            (index, "gate_up"), (mlp.gate_proj.out_features + mlp.up_proj.out_features, hidden_size), dtype, device
+        )
+        gate, up = gate_up_weight.split([mlp.gate_proj.out_features, mlp.up_proj.out_features])
+        _write_folded(gate, mlp.gate_proj.weight, mlp_scale, scratch)
+        _write_folded(up, mlp.up_proj.weight, mlp_scale, scratch)
         return FusedLayer(
             attention_norm=UnitRMS.of(layer.input_layernorm, hidden_size, q.weight),
-            attention=Matrix.of(folded_weight(attention_weight, layer.input_layernorm), attention_bias, dtype),
-            output=Matrix.of_linear(attention.o_proj, dtype),
+            attention=Matrix(attention_weight, attention_bias),
+            output=_plain_copy(attention.o_proj, dtype, store, (index, "output")),
             mlp_norm=UnitRMS.of(layer.post_attention_layernorm, hidden_size, q.weight),
-            gate_up=Matrix.of(
-                folded_weight(gate_up_weight, layer.post_attention_layernorm),
-                joined([mlp.gate_proj.bias, mlp.up_proj.bias]),
-                dtype,
-            ),
-            down=Matrix.of_linear(mlp.down_proj, dtype),
-            query_key_width=query_key_weight.shape[0],
+            gate_up=Matrix(gate_up_weight, joined([mlp.gate_proj.bias, mlp.up_proj.bias])),
+            down=_plain_copy(mlp.down_proj, dtype, store, (index, "down")),
+            query_key_width=query_key_width,
             head_dim=head_dim,
         )
+
+
+def _plain_copy(module: nn.Module, dtype: torch.dtype, store: CopyStore, key: tuple) -> Matrix | None:
+    """A plain Linear's copy in `dtype`, in the store's buffer; None for anything else (LoRA, quantised layers),
+    which runs its own forward."""
+    if type(module) is not nn.Linear:
+        return None
+    weight = store.buffer(key, tuple(module.weight.shape), dtype, module.weight.device)
+    weight.copy_(module.weight.detach())
+    return Matrix(weight, None if module.bias is None else module.bias.detach().to(dtype, copy=True))
 
 
 @dataclass(frozen=True)
@@ -409,7 +488,9 @@ class FoldedHead:
         return self.matrix(self.unit(hidden))
 
 
-def folded_head(head: nn.Module, norm: nn.Module, dtype: torch.dtype | None = None, *, rows: int = 1) -> FoldedHead:
+def folded_head(
+    head: nn.Module, norm: nn.Module, dtype: torch.dtype | None = None, *, rows: int = 1, store: CopyStore | None = None
+) -> FoldedHead:
     """The head's copy in `dtype` (its own by default) has its own FUSED_WEIGHTS_MAX_BYTES: a large vocabulary
     runs the head's own forward. A float32 head, and one that keeps float32 under bf16-mixed (models.Float32Head;
     its copy stands in for the one autocast would have made of a bf16 head), gets the faster float32 copy for
@@ -419,13 +500,15 @@ def folded_head(head: nn.Module, norm: nn.Module, dtype: torch.dtype | None = No
     dtype = dtype or (head.weight.dtype if plain else norm.weight.dtype)
     small = plain and _nbytes(head) <= FUSED_WEIGHTS_MAX_BYTES
     float32_copy = (float32_kept and dtype != head.weight.dtype) or (small and dtype == torch.float32 == head.weight.dtype)
-    with torch.no_grad():
-        if float32_copy:
-            matrix = Matrix.fastest_float32(folded_weight(head.weight, norm), head.bias, rows)
-        elif plain and (dtype != head.weight.dtype or _nbytes(head) <= FUSED_WEIGHTS_MAX_BYTES):
-            matrix = Matrix.of(folded_weight(head.weight, norm), head.bias, dtype)
-        else:
-            matrix = None
+    copied = plain and (dtype != head.weight.dtype or _nbytes(head) <= FUSED_WEIGHTS_MAX_BYTES)
+    matrix = None
+    if float32_copy or copied:
+        store = store or CopyStore(keep=False)
+        weight = store.buffer(("head",), tuple(head.weight.shape), torch.float32 if float32_copy else dtype, head.weight.device)
+        with torch.no_grad():
+            _write_folded(weight, head.weight.detach(), _fold_scale(norm, head.weight.shape[1]))
+            bias = None if head.bias is None else head.bias.detach().to(weight.dtype, copy=True)
+            matrix = Matrix.fastest_float32(weight, bias, rows) if float32_copy else Matrix(weight, bias)
     return FoldedHead(head=head, norm=norm, unit=UnitRMS.of(norm, norm.weight.shape[0], norm.weight), matrix=matrix)
 
 

@@ -202,3 +202,21 @@ def test_choosing_the_faster_float32_product_draws_no_random_number():
     fast_decode.Matrix.fastest_float32(torch.ones(64, 32), None, rows=4)
     assert torch.equal(torch.rand(3), expected)  # sampling after it draws what it would have drawn
     assert fast_decode._FASTEST_FLOAT32[((64, 32), 4)] in ("onednn", "mkl")
+
+
+def test_copies_kept_between_calls_on_the_cpu_follow_the_weights_as_they_change():
+    """On the CPU the decoder's copies live in buffers kept with the model from one sampling call to the next
+    (fresh memory costs page faults); each call writes the current weights into them, so after an in-place
+    update (an optimizer step) the logits are those of the updated model, fused and head alike."""
+    model = tiny_decoder(LlamaConfig, LlamaForCausalLM).eval()
+    positions = torch.arange(4)[None]
+    first = KVDecoder(model, rows=1, capacity=4, positions=positions)
+    _check(model, model.config.vocab_size)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            parameter.mul_(1.5 if "norm" in name else -1.0).add_(0.01)
+    second = KVDecoder(model, rows=1, capacity=4, positions=positions)
+    kept = [(a.attention.weight, b.attention.weight) for a, b in zip(first.fused, second.fused, strict=True)]
+    kept.append((first.folded_head.matrix.weight, second.folded_head.matrix.weight))
+    assert all(old.data_ptr() == new.data_ptr() for old, new in kept)
+    _check(model, model.config.vocab_size)
