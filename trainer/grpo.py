@@ -56,14 +56,16 @@ from trainer.sink import Sink
 
 def micro_batch_rows(count: int, chunks: int, group_size: int = 1) -> list[Tensor]:
     """Row chunks for gradient accumulation: whole groups when there are at least `chunks` groups, so that
-    each micro-batch still computes a prompt once for its group (share_prompt)."""
+    each micro-batch still computes a prompt once for its group (share_prompt). Exactly `chunks` of them (sizes
+    differing by at most one) unless there are fewer rows: torch.chunk may give fewer (5 groups in 4: 2, 2, 1),
+    and the processes of a step must each get as many micro-batches (see ProcessPart.of)."""
     groups = count // group_size
     if group_size > 1 and groups >= chunks:
         return [
             torch.arange(int(part[0]) * group_size, (int(part[-1]) + 1) * group_size)
-            for part in torch.arange(groups).chunk(chunks)
+            for part in torch.arange(groups).tensor_split(chunks)
         ]
-    return [rows for rows in torch.arange(count).chunk(min(chunks, count)) if rows.numel()]
+    return list(torch.arange(count).tensor_split(min(chunks, count)))
 
 
 def micro_batch(samples: GroupSamples, rows: Tensor) -> GroupSamples:
@@ -91,21 +93,31 @@ class ProcessPart:
     @classmethod
     def of(cls, shares: list[tuple[Tensor, float]], count: int, processes: distributed.Processes) -> ProcessPart:
         """This process's consecutive micro-batches of the step's `shares` (the step's chunks cut for every
-        process's micro-batches). A process left without any, when the step has fewer rows than processes x
-        micro-batches, runs the last chunk with weight 0: every process must run as many forwards and backwards
-        (fsdp gathers weights in them)."""
+        process's micro-batches). Every process must run as many forwards and backwards (fsdp gathers weights in
+        them): when the step has fewer rows than processes x micro-batches, a process short of micro-batches runs
+        its last one again (or, left without any, the step's last) with weight 0."""
         if not processes.distributed:
             return cls.whole(shares, count)
-        per_process = max(1, len(shares) // processes.world_size)
+        per_process = -(-len(shares) // processes.world_size)
         mine = shares[processes.rank * per_process : (processes.rank + 1) * per_process]
-        if processes.rank == processes.world_size - 1:
-            mine = shares[processes.rank * per_process :]
         weighted = [(rows, share, rows.numel() / count) for rows, share in mine]
-        if not weighted:
-            weighted = [(shares[-1][0], 0.0, 0.0)]
+        repeated = (mine or shares)[-1][0]
+        weighted += [(repeated, 0.0, 0.0)] * (per_process - len(weighted))
         first = int(weighted[0][0][0])
         rows = torch.arange(first, int(weighted[-1][0][-1]) + 1)
         return cls(rows, [(chunk - first, share, row_share) for chunk, share, row_share in weighted], True)
+
+
+@dataclass(frozen=True)
+class SamplingRounds:
+    """What a step's sampling took: `rounds` of batch_size prompts (more than one when dynamic sampling drew fresh
+    prompts for uninformative groups) and the fraction of the groups generated in them that were informative."""
+
+    rounds: int
+    informative_ratio: float
+
+    def metrics(self) -> dict[str, float]:
+        return {"groups/informative_ratio": self.informative_ratio, "groups/rounds": float(self.rounds)}
 
 
 class GRPOLearner:
@@ -140,8 +152,8 @@ class GRPOLearner:
 
     def rollout(
         self, draw_rows: Callable[[], list[dict]], timings: dict[str, float], *, step: int = 0
-    ) -> tuple[ScoredGroups, float]:
-        """Sampled, scored groups for one step and the fraction of generated groups that were informative.
+    ) -> tuple[ScoredGroups, SamplingRounds]:
+        """Sampled, scored groups for one step, and how many rounds of prompts that took.
 
         With dynamic sampling, rounds of fresh prompts are drawn until batch_size informative groups are
         kept or max_generation_rounds is reached; if no group was informative, the last round is used as is
@@ -160,17 +172,17 @@ class GRPOLearner:
             generated += informative.numel()
             informative_count += int(informative.sum())
             if not config.dynamic_sampling:
-                return scored, informative_count / generated
+                return scored, SamplingRounds(1, informative_count / generated)
             wanted = informative.nonzero().flatten().tolist()[: config.batch_size - kept_groups]
             if wanted:
                 kept.append(scored.keep_groups(wanted))
                 kept_groups += len(wanted)
             if kept_groups == config.batch_size:
                 break
-        ratio = informative_count / generated
+        sampling = SamplingRounds(round_ + 1, informative_count / generated)
         if not kept:
-            return scored, ratio
-        return concat_scored(kept, pad_token_id=self.backend.pad_token_id), ratio
+            return scored, sampling
+        return concat_scored(kept, pad_token_id=self.backend.pad_token_id), sampling
 
     @torch.no_grad()
     def with_training_logprobs(self, samples: GroupSamples) -> GroupSamples:
@@ -268,7 +280,7 @@ class GRPOLearner:
     ) -> tuple[dict[str, float], int]:
         config = self.config
         timings: dict[str, float] = {}
-        scored, informative_ratio = self.rollout(draw_rows, timings, step=step)
+        scored, sampling = self.rollout(draw_rows, timings, step=step)
         rewards = torch.tensor(scored.rewards)
         advantages = group_advantages(rewards, config.group_size, scale=config.advantage_scale)
         # every process holds the whole rollout; each trains on its part of the step's micro-batches
@@ -286,7 +298,7 @@ class GRPOLearner:
         metrics.update(timings)
         metrics.update(reward_metrics(scored))
         metrics["advantage/mean"] = advantages.mean().item()
-        metrics["groups/informative_ratio"] = informative_ratio
+        metrics.update(sampling.metrics())
         if record_samples:
             record_rollout_samples(sink, step, scored, advantages, config.samples_per_log)
         whole = scored.samples

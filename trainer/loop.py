@@ -64,14 +64,15 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def rng_state() -> dict[str, Any]:
+def rng_state(cuda_states: list[Tensor]) -> dict[str, Any]:
+    """Every RNG's state; `cuda_states` from cuda_rng_states() (which every process of a run calls)."""
     numpy_state = np.random.get_state()
     return {
         "python": random.getstate(),
         # as a tensor so the state loads with torch.load(weights_only=True)
         "numpy": (numpy_state[0], torch.from_numpy(numpy_state[1].astype(np.int64)), *numpy_state[2:]),
         "torch": torch.get_rng_state(),
-        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+        "cuda": cuda_states,
     }
 
 
@@ -80,8 +81,33 @@ def set_rng_state(state: Mapping[str, Any]) -> None:
     name, keys, *rest = state["numpy"]
     np.random.set_state((name, keys.numpy().astype(np.uint32), *rest))
     torch.set_rng_state(state["torch"])
-    if state["cuda"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+    set_cuda_rng_states(state["cuda"])
+
+
+def cuda_rng_states() -> list[Tensor]:
+    """The CUDA RNG state of each GPU, by index: one process's of every GPU it sees; on many processes, each
+    process's of its own GPU, in rank order (state i is the GPU process i drove)."""
+    if not torch.cuda.is_available():
+        return []
+    processes = distributed.active()
+    if not processes.distributed:
+        return torch.cuda.get_rng_state_all()
+    return processes.gather(torch.cuda.get_rng_state(processes.local_rank).cpu())
+
+
+def set_cuda_rng_states(states: list[Tensor]) -> None:
+    """Restore cuda_rng_states() on a machine with as many GPUs or not (a resume on another number of processes):
+    state i to GPU i for the GPUs that exist; on many processes each restores only its own GPU's (state `rank`),
+    since touching another GPU would make a CUDA context there."""
+    if not states or not torch.cuda.is_available():
+        return
+    processes = distributed.active()
+    if processes.distributed:
+        if processes.rank < len(states):
+            torch.cuda.set_rng_state(states[processes.rank], processes.local_rank)
+        return
+    for index in range(min(len(states), torch.cuda.device_count())):
+        torch.cuda.set_rng_state(states[index], index)
 
 
 def total_steps(config: BaseConfig, dataset_size: int) -> int:
@@ -194,6 +220,7 @@ def save_checkpoint(
         distributed.save_sharded_optimizer(
             optimized_module(model, extra_models), optimizer, partial / distributed.OPTIMIZER_DIR
         )
+    cuda_states = cuda_rng_states()  # gathered from every process's GPU
     if processes.is_main:
         for name, each in models.items():
             each.save_pretrained(partial / name, state_dict=weights[name])
@@ -205,7 +232,7 @@ def save_checkpoint(
             "config": config_to_dict(config),
             "scheduler": scheduler.state_dict(),
             "data_order": data_order.state_dict(),
-            "rng": rng_state(),
+            "rng": rng_state(cuda_states),
             "precision": precision.mode if precision is not None else None,
         }
         if not sharded:
@@ -422,10 +449,10 @@ def train_loop(run: Training, sink: Sink) -> TrainResult:
         with precision.autocast(run.model.device):
             metrics, step_tokens = run.step(step, samples_due(step, config.sample_every, steps))
         metrics["lr"] = lr
-        elapsed = time.perf_counter() - started
         tokens_seen += step_tokens
-        metrics["time/step_s"] = elapsed
-        metrics["throughput/tokens_per_s"] = step_tokens / elapsed
+        metrics["time/step_s"] = time.perf_counter() - started
+        metrics.update(slowest_process_times(metrics))
+        metrics["throughput/tokens_per_s"] = step_tokens / metrics["time/step_s"]
         # evaluate on schedule and at the end, but not a model a diverged step has just broken
         diverged = not all(math.isfinite(metrics[name]) for name in ("loss", "grad_norm"))
         if run.evaluate is not None and not diverged and (is_due(step, config.eval_every) or step == steps):
@@ -446,6 +473,13 @@ def train_loop(run: Training, sink: Sink) -> TrainResult:
         if stop:
             return TrainResult(step, metrics, last_checkpoint, True, tokens_seen)
     return TrainResult(step, metrics, last_checkpoint, False, tokens_seen)
+
+
+def slowest_process_times(metrics: Mapping[str, float]) -> dict[str, float]:
+    """The step's time/* metrics, each the slowest process's: a step lasts as long as its slowest process, and the
+    step's throughput is its tokens over that time (a collective on many processes: every process calls it)."""
+    times = {name: value for name, value in metrics.items() if name.startswith("time/")}
+    return distributed.active().sum_metrics(times)
 
 
 def _checkpoint(run: Training, sink: Sink, step: int, tokens_seen: int) -> str:

@@ -67,20 +67,20 @@ def test_dynamic_sampling_replaces_uninformative_groups_and_logs_the_fraction(ti
                   [{"prompt": ALWAYS_RIGHT}, {"prompt": "Calculate 1 + 2\n"}],
                   [{"prompt": "Calculate 5 + 1\n"}, {"prompt": ALWAYS_RIGHT}]])
     timings = {}
-    scored, informative_ratio = learner.rollout(lambda: next(draws), timings)
+    scored, sampling = learner.rollout(lambda: next(draws), timings)
     assert [row["prompt"] for row in scored.rows] == ["Calculate 1 + 2\n", "Calculate 5 + 1\n"]
-    assert informative_ratio == pytest.approx(2 / 6)
+    assert sampling.informative_ratio == pytest.approx(2 / 6) and sampling.rounds == 3
     assert scored.samples.completion_ids.shape[0] == 8 and len(scored.rewards) == 8
     assert timings["time/generation_s"] > 0
 
 
 def test_without_dynamic_sampling_the_first_batch_is_kept_whatever_its_groups(tiny_model):
     learner = _learner(tiny_model)
-    scored, informative_ratio = learner.rollout(
+    scored, sampling = learner.rollout(
         lambda: [{"prompt": ALWAYS_RIGHT}, {"prompt": "Calculate 1 + 2\n"}], {}
     )
     assert [row["prompt"] for row in scored.rows] == [ALWAYS_RIGHT, "Calculate 1 + 2\n"]
-    assert informative_ratio == 0.5
+    assert (sampling.informative_ratio, sampling.rounds) == (0.5, 1)
 
 
 def test_overlong_filtering_leaves_truncated_completions_out_of_the_loss(tiny_model):

@@ -15,8 +15,8 @@ STEPS, STOP_AT = 4, 2
 GRPO_METRICS = {
     "loss", "reward/mean", "reward/std", "reward/answer_match", "reward/format_tags", "kl", "entropy",
     "clip_ratio/low", "clip_ratio/high", "advantage/mean", "completion/mean_length", "completion/clipped_ratio",
-    "completion/format_rate", "groups/informative_ratio", "grad_norm", "lr", "throughput/tokens_per_s", "time/step_s",
-    "time/generation_s", "time/scoring_s", "time/backward_s",
+    "completion/format_rate", "groups/informative_ratio", "groups/rounds", "grad_norm", "lr",
+    "throughput/tokens_per_s", "time/step_s", "time/generation_s", "time/scoring_s", "time/backward_s",
 }
 
 

@@ -35,6 +35,7 @@ from workers.torchrun import (
     failed_rank,
     rank_pids,
     ranks_left_behind,
+    summary_failures,
     torchrun_failure_text,
     torchrun_watch,
 )
@@ -221,8 +222,20 @@ def test_a_cancel_stops_both_ranks_within_one_step(celery_worker_factory, tiny_m
     wait_for(lambda: run_status(run.pk) in FINISHED, timeout_s=60, what=lambda: f"the cancel\n{worker.log_tail()}")
     run.refresh_from_db()
     assert run.status == Run.Status.CANCELED, run.error
+    assert not run.error
     assert MetricRow.objects.filter(run=run, wall_time__gt=canceled_at).count() <= 1
     wait_for(lambda: not any(alive(pid) for pid in group), timeout_s=30, what=f"ranks and torchrun {group} to exit")
+    # ... each by itself: a rank that raised leaves an error file and a traceback in its log; torchrun prints a
+    # failure summary when any rank exits with a code other than 0 (exiting 0 itself only when none did); and the
+    # worker logs any rank or torchrun it had to kill
+    (launch_dir,) = launch_dirs(run)
+    assert not list(launch_dir.glob("*/attempt_*/*/error.json"))
+    for local_rank in (0, 1):
+        (stderr,) = launch_dir.glob(f"*/attempt_*/{local_rank}/stderr.log")
+        assert "Traceback" not in stderr.read_text(), f"rank {local_rank}:\n{stderr.read_text()[-3000:]}"
+    torchrun_log = (launch_dir / "torchrun.log").read_text()
+    assert not summary_failures(torchrun_log) and "Traceback" not in torchrun_log, torchrun_log
+    assert "killed" not in worker.log_path.read_text(), worker.log_tail()
 
 
 @pytest.mark.django_db(transaction=True)
