@@ -202,6 +202,14 @@ def run(path: str, report_to: str | None = None) -> int:
     show_trainer_log()
     run_file = read_run_file(path)
     if run_file.config.num_processes > 1 and launched_world_size() == 1:
+        if run_file.config.num_nodes > 1:
+            nodes, per_node = run_file.config.num_nodes, run_file.config.processes_per_node
+            others = "1 on the other node" if nodes == 2 else f"1 to {nodes - 1} on the others"
+            raise UserError(
+                f"num_nodes={nodes}: this command starts one node; start it on every node under torchrun yourself: "
+                f"torchrun --nnodes {nodes} --node-rank K --nproc-per-node {per_node} --rdzv-backend static "
+                f"--rdzv-endpoint HOST:PORT -m trainer run {path} (K = 0 on HOST, {others})"
+            )
         return run_under_torchrun(path, report_to, run_file.config.num_processes)
     data, eval_data = load_data(run_file.kind, run_file.data)
     output_dir = Path(run_file.config.output_dir)

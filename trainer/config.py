@@ -112,8 +112,16 @@ class BaseConfig:
 
     num_processes: int = _option(
         1,
-        "Training processes, one per GPU (on a machine without GPUs, CPU processes talking over gloo). Above 1 the "
-        "worker starts the run with torchrun; batch_size stays the batch of the whole step, split among them.",
+        "Training processes in all (over every node), one per GPU (on a machine without GPUs, CPU processes talking "
+        "over gloo). Above 1 the worker starts the run with torchrun; batch_size stays the batch of the whole step, "
+        "split among them.",
+        "processes",
+    )
+    num_nodes: int = _option(
+        1,
+        "Machines the run spans, one gpu worker each: each runs num_processes / num_nodes processes (so "
+        "num_processes must be a multiple of it). Above 1 the worker that takes the run asks num_nodes - 1 idle gpu "
+        "workers to join it (torchrun's rendezvous across nodes); the run fails if they do not join in time.",
         "processes",
     )
     parallelism: Parallelism = _option(
@@ -135,6 +143,10 @@ class BaseConfig:
 
     def derived_max_prompt_length(self) -> int:
         return self.max_length // 2
+
+    @property
+    def processes_per_node(self) -> int:
+        return self.num_processes // self.num_nodes
 
     def validate(self) -> None:
         """Raise ConfigError naming the first wrong field."""
@@ -283,8 +295,15 @@ def config_kind(config: BaseConfig) -> str:
 def _check_processes(config: BaseConfig) -> None:
     """The step's batch splits evenly: each process takes batch_size / num_processes examples (prompts, for the
     online kinds, whose groups never span processes), in grad_accum_steps micro-batches."""
-    _positive(config, "num_processes")
+    _positive(config, "num_processes", "num_nodes")
     processes = config.num_processes
+    if processes % config.num_nodes:
+        raise ConfigError(
+            "num_nodes",
+            f"num_processes={processes} does not split evenly over num_nodes={config.num_nodes}: every node runs "
+            f"the same number of processes, so num_processes (the total over all nodes) must be a multiple of "
+            f"{config.num_nodes}",
+        )
     per_process = processes * config.grad_accum_steps
     if config.batch_size % per_process:
         raise ConfigError(

@@ -157,13 +157,26 @@ def launched_world_size() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
-def torchrun_command(processes: int, *entry: str, log_dir: str | None = None) -> list[str]:
+def torchrun_command(
+    processes: int, *entry: str, log_dir: str | None = None, nodes: int = 1, node_rank: int = 0,
+    endpoint: str = "", rendezvous_id: str = "", join_timeout_s: int = 600,
+) -> list[str]:
     """torchrun starting `processes` local copies of `entry` (["-m", "trainer", "run", FILE], or a script and its
     arguments), with this Python: a rendezvous on a free local port, no restarts. With `log_dir`, each rank's
     stdout and stderr go to log_dir/<job>/attempt_0/<local_rank>/, beside the error file torchrun's `record`
-    writes there, and torchrun's own output stays its summary."""
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1",
-               f"--nproc-per-node={processes}", "--max-restarts=0"]
+    writes there, and torchrun's own output stays its summary.
+
+    With `nodes` > 1, this node's part (node_rank) of a run on `nodes` x `processes` ranks: node 0 holds the
+    rendezvous at `endpoint` (HOST:PORT, a TCP store the other nodes connect to) and waits join_timeout_s for
+    them. The static rendezvous, since it keeps the node ranks given (c10d's orders nodes by address): node 0,
+    the worker that claimed the run, holds rank 0, which reports."""
+    if nodes == 1:
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1",
+                   f"--nproc-per-node={processes}", "--max-restarts=0"]
+    else:
+        command = [sys.executable, "-m", "torch.distributed.run", f"--nnodes={nodes}", f"--node-rank={node_rank}",
+                   "--rdzv-backend=static", f"--rdzv-endpoint={endpoint}", f"--rdzv-id={rendezvous_id}",
+                   f"--rdzv-conf=timeout={join_timeout_s}", f"--nproc-per-node={processes}", "--max-restarts=0"]
     if log_dir is not None:
         command += [f"--log-dir={log_dir}", "--redirects=3"]
     return [*command, *entry]

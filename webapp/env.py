@@ -4,6 +4,7 @@ Each reader fails at start with `ImproperlyConfigured` naming the variable and w
 typo in a deployment is a one-line error at boot rather than a surprise at the first request.
 """
 
+import ipaddress
 import os
 import re
 from pathlib import Path
@@ -78,6 +79,26 @@ def env_proxy_ssl_header(name: str) -> tuple[str, str] | None:
         raise ImproperlyConfigured(
             f"{name}={raw!r} is not a header name: use e.g. HTTP_X_FORWARDED_PROTO (the header must say https).")
     return (meta_name, "https")
+
+
+_HOST_LABEL = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
+
+
+def env_host(name: str, default: str) -> str:
+    """A host name or IP address other machines reach this one by (no scheme, no port); unset or empty: `default`."""
+    raw = os.environ.get(name, "").strip()
+    value = raw or default
+    try:
+        ipaddress.ip_address(value)
+        return value
+    except ValueError:
+        pass
+    if len(value) <= 253 and all(_HOST_LABEL.fullmatch(label) for label in value.removesuffix(".").split(".")):
+        return value
+    where = f"{name}={raw!r}" if raw else f"{name} is unset and this machine's host name {value!r}"
+    raise ImproperlyConfigured(
+        f"{where} is not a host name or an IP address: give the address other machines reach this one by, "
+        "without a scheme or a port (e.g. 10.0.0.5 or gpu-node-1.cluster.local).")
 
 
 def env_dir(name: str, default: Path, *, create: bool) -> Path:

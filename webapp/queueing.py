@@ -17,7 +17,7 @@ import json
 import logging
 import os
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -64,12 +64,13 @@ def broker_location() -> str:
     return f"{connection.transport_cls}://{connection.hostname}:{connection.port}/{connection.virtual_host or ''}"
 
 
-def publish(task: Task, *, kind: str, object_id: int) -> str:
-    """Send one message for a row; QueueUnavailable if the broker cannot be reached. Returns the message id."""
+def publish(task: Task, *, kind: str, object_id: int, args: Sequence[int | str] = ()) -> str:
+    """Send one message for a row (the task gets the row's id, then `args`); QueueUnavailable if the broker cannot
+    be reached. Returns the message id."""
     task_id = message_id(kind, object_id)
     try:
         # ignore_result: rows hold the outcome, and a result store that is down must not stall the publish
-        task.apply_async(args=[object_id], task_id=task_id, ignore_result=True, retry=True,
+        task.apply_async(args=[object_id, *args], task_id=task_id, ignore_result=True, retry=True,
                          retry_policy=PUBLISH_RETRY_POLICY)
     except (KombuError, OSError) as error:
         raise QueueUnavailable(
@@ -79,14 +80,16 @@ def publish(task: Task, *, kind: str, object_id: int) -> str:
     return task_id
 
 
-def publish_on_commit(task: Task, *, kind: str, object_id: int, on_failure: Callable[[str], None]) -> None:
+def publish_on_commit(
+    task: Task, *, kind: str, object_id: int, on_failure: Callable[[str], None], args: Sequence[int | str] = ()
+) -> None:
     """Publish once the row is committed (a worker must find it). If the broker cannot be reached, on_failure
     gets the reason (to remove or fail the row, in its own transaction) and QueueUnavailable is raised out of
     the commit, to the caller."""
 
     def send() -> None:
         try:
-            publish(task, kind=kind, object_id=object_id)
+            publish(task, kind=kind, object_id=object_id, args=args)
         except QueueUnavailable as error:
             on_failure(str(error))
             raise

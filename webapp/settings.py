@@ -4,6 +4,7 @@ With no variables set this is the embedded default: SQLite (WAL) and a filesyste
 PREFLAB_DATA_DIR, so the web process and a real worker process talk with nothing else installed.
 """
 
+import socket
 from datetime import timedelta
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from webapp.env import (
     env_dir,
     env_dirs,
     env_float,
+    env_host,
     env_int,
     env_list,
     env_proxy_ssl_header,
@@ -210,6 +212,10 @@ PREFLAB_HEARTBEAT_TIMEOUT_S = env_float("PREFLAB_HEARTBEAT_TIMEOUT_S", 60.0, min
 PREFLAB_REQUEUE_AFTER_S = env_float("PREFLAB_REQUEUE_AFTER_S", 60.0, minimum=1.0)
 # How often celery beat runs the stale-heartbeat checks and the reconcile of queued jobs with the broker.
 PREFLAB_RECONCILE_EVERY_S = env_float("PREFLAB_RECONCILE_EVERY_S", 10.0, minimum=0.5)
+# A run on several nodes (num_nodes): the worker that claims it is node 0 and holds the rendezvous at this address
+# (how the other nodes reach this machine) on a free port; the others must join within the timeout, or it fails.
+PREFLAB_NODE_ADDRESS = env_host("PREFLAB_NODE_ADDRESS", socket.gethostname())
+PREFLAB_NODE_JOIN_TIMEOUT_S = env_int("PREFLAB_NODE_JOIN_TIMEOUT_S", 600, minimum=1)
 PREFLAB_METRICS_MAX_POINTS = env_int("PREFLAB_METRICS_MAX_POINTS", 2000, minimum=10)
 
 LOGGING = {

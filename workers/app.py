@@ -14,7 +14,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
 DEFAULT_QUEUE = "default"
 GPU_QUEUE = "gpu"
 # Every task that loads a model or trains one: routed to the GPU workers.
-GPU_TASK_NAMES = ("workers.tasks.run_training", "workers.tasks.sample_responses")
+GPU_TASK_NAMES = ("workers.tasks.run_training", "workers.tasks.run_node_join", "workers.tasks.sample_responses")
 
 app = Celery("preflab", include=["workers.tasks"])
 app.config_from_object("django.conf:settings", namespace="CELERY")

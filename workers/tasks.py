@@ -31,6 +31,14 @@ def run_training(run_id: int) -> None:
     run_execute(run_id=run_id)
 
 
+@app.task(name="workers.tasks.run_node_join")
+def run_node_join(run_id: int, node_rank: int, rendezvous_id: str) -> None:
+    """Be node `node_rank` of a run on several nodes, as its node 0 (the worker that claimed it) asked."""
+    from workers.torchrun import run_node_execute
+
+    run_node_execute(run_id=run_id, node_rank=node_rank, rendezvous_id=rendezvous_id)
+
+
 @app.task(name="workers.tasks.sample_responses")
 def sample_responses(job_id: int) -> None:
     """Fill a project's prompts with model responses (a sampling job) on this (GPU) worker."""

@@ -5,6 +5,13 @@ through a `DatabaseSink` and records the run's end; the worker beats for the who
 loading included) and, when torchrun fails with the run still running, fails it naming the rank that failed, why,
 and the tail of its log. The logs of every launch stay under the run's output directory, in torchrun/<launch>/.
 No rank outlives the watch: torchrun dies with the worker, the ranks die with torchrun, and any left is killed.
+
+A run on several nodes (num_nodes N): the worker that claimed it is node 0. It holds the rendezvous (a TCP store
+at PREFLAB_NODE_ADDRESS and a free port), records it on the run and publishes N - 1 `run_node_join` messages on
+the gpu queue; each idle gpu worker that takes one claims its node rank (`run_node_execute`) and starts its own
+torchrun on that rendezvous. Every node's worker watches its own torchrun as above: it beats for the run, fails
+it naming its node, the rank and the rank's log tail, and stops its ranks once the run has ended. Nodes that do
+not join within PREFLAB_NODE_JOIN_TIMEOUT_S fail the run with that reason.
 """
 
 from __future__ import annotations
@@ -16,17 +23,23 @@ import logging
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from trainer.config import BaseConfig
+from django.conf import settings
+
+from trainer.config import BaseConfig, config_from_dict
 from trainer.distributed import torchrun_command
-from webapp.experiments import services
+from webapp.experiments import selectors, services
+from webapp.queueing import QueueUnavailable
 from workers.heartbeat import Heartbeat
 
 logger = logging.getLogger(__name__)
@@ -47,6 +60,27 @@ SUMMARY_ENTRY = re.compile(
     r"\s*error_file\s*:\s*(?P<error_file>\S+)"
 )
 ROOT_CAUSE_HEADING = "Root Cause (first observed failure):"
+# What node 0's torchrun says when the other nodes did not all join in time (the static rendezvous's TCP store).
+JOIN_TIMEOUT = re.compile(r"Timed out after \d+ seconds waiting for clients\. (?P<joined>\d+)/(?P<nodes>\d+) clients joined")
+# Once the run has ended (or was failed by another node), its torchrun gets this long to exit before it is killed.
+STOP_GRACE_S = 15.0
+# A node whose ranks only saw another node's ranks vanish waits this long for that node's worker to say why.
+PEER_FAILURE_GRACE_S = 10.0
+
+
+@dataclass(frozen=True)
+class NodePlace:
+    """This worker's part of a run on `count` nodes: node `rank`, meeting the others at `endpoint` (HOST:PORT)."""
+
+    rank: int
+    count: int
+    endpoint: str
+    rendezvous_id: str
+    worker: str
+
+    def torchrun_arguments(self) -> dict[str, Any]:
+        return {"nodes": self.count, "node_rank": self.rank, "endpoint": self.endpoint,
+                "rendezvous_id": self.rendezvous_id, "join_timeout_s": settings.PREFLAB_NODE_JOIN_TIMEOUT_S}
 
 
 def is_peer_loss(error: BaseException) -> bool:
@@ -59,26 +93,146 @@ def is_peer_loss_text(text: str) -> bool:
 
 def run_distributed(*, run_id: int, config: BaseConfig) -> None:
     """Train the (running) run on config.num_processes processes under torchrun, beating for the group until
-    torchrun exits; fail the run when it is still running then."""
-    launch_dir = _new_launch_dir(Path(config.output_dir))
-    logger.info("run %s: starting %s process(es) with torchrun, logs in %s", run_id, config.num_processes, launch_dir)
+    torchrun exits; fail the run when it is still running then. On several nodes this worker is node 0: it holds
+    the rendezvous and asks the other nodes to join first."""
+    node = None
+    if config.num_nodes > 1:
+        node = _open_rendezvous(run_id, nodes=config.num_nodes)
+        if node is None:
+            return
+    _run_node(run_id=run_id, config=config, node=node)
+
+
+def run_node_execute(*, run_id: int, node_rank: int, rendezvous_id: str) -> None:
+    """Join a run on several nodes as node `node_rank`, as its node 0 asked (run_distributed); a message for a run
+    no longer running, for an earlier launch of it, or for a node another worker took does nothing."""
+    worker = worker_name()
+    run = services.run_node_claim(run_id=run_id, node_rank=node_rank, rendezvous_id=rendezvous_id, worker=worker)
+    if run is None:
+        return
+    node = NodePlace(rank=node_rank, count=run.rendezvous["nodes"], endpoint=run.rendezvous["endpoint"],
+                     rendezvous_id=rendezvous_id, worker=worker)
+    try:
+        config = config_from_dict(run.kind, run.config)
+    except Exception as error:  # node 0 read the same config: only a worker of another version would refuse it
+        services.run_fail(run_id=run_id, error=f"node {node_rank} ({worker}): {type(error).__name__}: {error}")
+        return
+    _run_node(run_id=run_id, config=config, node=node)
+
+
+def worker_name() -> str:
+    """Which worker this is, in a run's rendezvous and its errors: this machine and this process."""
+    return f"{socket.gethostname()} pid {os.getpid()}"
+
+
+def _open_rendezvous(run_id: int, *, nodes: int) -> NodePlace | None:
+    """Node 0's place (the rendezvous at this machine's address and a free port), recorded on the run with the
+    other nodes asked to join; None when the run is no longer running or could not ask them (failed, saying why)."""
+    address = settings.PREFLAB_NODE_ADDRESS
+    port = free_port(address)
+    node = NodePlace(rank=0, count=nodes, endpoint=f"[{address}]:{port}" if ":" in address else f"{address}:{port}",
+                     rendezvous_id=uuid.uuid4().hex, worker=worker_name())
+    try:
+        opened = services.run_rendezvous_open(run_id=run_id, rendezvous_id=node.rendezvous_id,
+                                              endpoint=node.endpoint, nodes=nodes, worker=node.worker)
+    except QueueUnavailable:
+        return None
+    return node if opened else None
+
+
+def free_port(address: str) -> int:
+    """A TCP port free on every interface now (node 0's torchrun listens on it a moment later)."""
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.bind(("", 0))
+        return probe.getsockname()[1]
+
+
+def _run_node(*, run_id: int, config: BaseConfig, node: NodePlace | None) -> None:
+    """Start this node's ranks (all of them on one node) under torchrun, watch them to their end and record why
+    they ended, when the run is still running then."""
+    launch_dir = _new_launch_dir(Path(config.output_dir), node)
+    where = "" if node is None else f" as node {node.rank} of {node.count} at {node.endpoint}"
+    logger.info("run %s: starting %s process(es) with torchrun%s, logs in %s", run_id, config.processes_per_node,
+                where, launch_dir)
     exit_code = torchrun_watch(
-        processes=config.num_processes, launch_dir=launch_dir, entry=["-m", "workers.rank", str(run_id)],
-        beat=lambda: services.run_heartbeat(run_id=run_id), name=f"run-{run_id}",
+        processes=config.processes_per_node, launch_dir=launch_dir, entry=["-m", "workers.rank", str(run_id)],
+        beat=lambda: services.run_heartbeat(run_id=run_id),
+        name=f"run-{run_id}" if node is None else f"run-{run_id}-node-{node.rank}", node=node,
+        ended=lambda: _launch_ended(run_id, node, launch_dir),
     )
+    first_rank = 0 if node is None else node.rank * config.processes_per_node
+    _record_exit(run_id=run_id, launch_dir=launch_dir, exit_code=exit_code, node=node, first_rank=first_rank)
+
+
+def _launch_ended(run_id: int, node: NodePlace | None, launch_dir: Path) -> bool:
+    """The run has ended (its end recorded by rank 0, another node or the stale check), or was canceled while its
+    nodes were still meeting (no rank started): this launch has nothing left to do."""
+    state = selectors.run_launch_state(run_id=run_id)
+    return not state.running or (node is not None and state.cancel_requested and not rank_pids(launch_dir))
+
+
+def _record_exit(*, run_id: int, launch_dir: Path, exit_code: int, node: NodePlace | None, first_rank: int) -> None:
+    """Fail the run with why this node's torchrun exited (its ranks are first_rank, first_rank + 1, ...), if it is
+    still running (rank 0, on node 0, records a success, a cancel and its own errors)."""
+    first_node = node is None or node.rank == 0
+    if exit_code == 0 and not first_node:
+        return
+    if node is not None:
+        if not rank_pids(launch_dir) and selectors.run_launch_state(run_id=run_id).cancel_requested:
+            services.run_finish(run_id=run_id, stopped=True)  # canceled before its nodes had met
+            return
+        if exit_code != 0 and _only_lost_peers(launch_dir, first_rank=first_rank):
+            # its ranks only saw another node's vanish: that node's worker says why, unless it cannot (killed)
+            _wait_for_the_end(run_id, timeout_s=PEER_FAILURE_GRACE_S)
     if exit_code == 0:
         message = "torchrun exited normally but rank 0 did not record the run's end"
     else:
-        message = torchrun_failure_text(launch_dir, exit_code=exit_code)
-    # refused (False) when rank 0 recorded the run's end itself: its own error, a cancel or a success
+        message = (_join_timeout_text(launch_dir, run_id) if first_node else None) or torchrun_failure_text(
+            launch_dir, exit_code=exit_code, first_rank=first_rank)
+    if node is not None:
+        message = f"node {node.rank} ({node.worker}): {message}"
+    # refused (False) when the run's end was recorded already: by rank 0 (its own error, a cancel or a success),
+    # by another node, or by the stale check
     if services.run_fail(run_id=run_id, error=message):
         logger.warning("run %s failed: %s", run_id, message.splitlines()[0])
 
 
-def torchrun_watch(*, processes: int, launch_dir: Path, entry: list[str], beat: Callable[[], None], name: str) -> int:
-    """Run torchrun with `entry` on `processes` ranks to its end, calling `beat` every second meanwhile; its exit
-    code. torchrun's own output goes to launch_dir/torchrun.log; no rank outlives this call."""
-    command = torchrun_command(processes, *entry, log_dir=str(launch_dir))
+def _wait_for_the_end(run_id: int, *, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and selectors.run_launch_state(run_id=run_id).running:
+        time.sleep(0.2)
+
+
+def _join_timeout_text(launch_dir: Path, run_id: int) -> str | None:
+    """Node 0's torchrun gave up waiting for the other nodes: how many joined, and which were never taken by a
+    worker or were taken but did not reach the rendezvous."""
+    timed_out = JOIN_TIMEOUT.search(_read_text(launch_dir / "torchrun.log"))
+    if timed_out is None:
+        return None
+    rendezvous = selectors.run_launch_state(run_id=run_id).rendezvous
+    nodes, joined = rendezvous.get("nodes", int(timed_out["nodes"])), rendezvous.get("joined", {})
+    text = (f"only {timed_out['joined']} of {nodes} nodes joined the rendezvous at {rendezvous.get('endpoint')} "
+            f"within {settings.PREFLAB_NODE_JOIN_TIMEOUT_S} s (PREFLAB_NODE_JOIN_TIMEOUT_S)")
+    untaken = [str(rank) for rank in range(1, nodes) if str(rank) not in joined]
+    if untaken:
+        return (f"{text}: no free gpu worker took the message asking node {', '.join(untaken)} to join (each node "
+                "is another idle worker on the gpu queue)")
+    taken = ", ".join(f"node {rank} by {worker}" for rank, worker in sorted(joined.items()) if rank != "0")
+    return (f"{text}: taken ({taken}) but not reached; check that PREFLAB_NODE_ADDRESS of node 0 is an address the "
+            "other nodes reach it by, and that they can connect to its ports")
+
+
+def torchrun_watch(
+    *, processes: int, launch_dir: Path, entry: list[str], beat: Callable[[], Any], name: str,
+    node: NodePlace | None = None, ended: Callable[[], bool] | None = None,
+) -> int:
+    """Run torchrun with `entry` on `processes` ranks (of this node: `node`'s part of a run on several) to its end,
+    calling `beat` every second meanwhile; its exit code. torchrun's own output goes to launch_dir/torchrun.log;
+    no rank outlives this call. Once `ended` says the ranks have nothing left to do, torchrun gets STOP_GRACE_S to
+    exit, then it is killed."""
+    command = torchrun_command(processes, *entry, log_dir=str(launch_dir),
+                               **(node.torchrun_arguments() if node is not None else {}))
     with (launch_dir / "torchrun.log").open("w") as log:
         process = subprocess.Popen(
             command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
@@ -86,7 +240,7 @@ def torchrun_watch(*, processes: int, launch_dir: Path, entry: list[str], beat: 
         )
     try:
         with Heartbeat(beat, every_s=HEARTBEAT_S, name=f"{name}-torchrun-heartbeat"):
-            return process.wait()
+            return _wait(process, ended=ended, name=name, launch_dir=launch_dir)
     except BaseException:  # the worker is being stopped: the group goes with it
         _kill_group(process)
         raise
@@ -96,11 +250,33 @@ def torchrun_watch(*, processes: int, launch_dir: Path, entry: list[str], beat: 
             logger.error("%s: rank processes %s outlived torchrun; killed", name, survivors)
 
 
-def _new_launch_dir(output_dir: Path) -> Path:
-    # a resumed run launches again into the same output directory: each launch keeps its own logs
+def _wait(process: subprocess.Popen, *, ended: Callable[[], bool] | None, name: str, launch_dir: Path) -> int:
+    """torchrun's exit code; killed once `ended` has said so for STOP_GRACE_S (at once if no rank started: it
+    was still waiting for the other nodes, with nothing to finish)."""
+    ended_at = None
+    while True:
+        try:
+            return process.wait(timeout=HEARTBEAT_S)
+        except subprocess.TimeoutExpired:
+            pass
+        if ended is None:
+            continue
+        if not ended():
+            ended_at = None
+            continue
+        ended_at = ended_at or time.monotonic()
+        if not rank_pids(launch_dir) or time.monotonic() - ended_at > STOP_GRACE_S:
+            logger.warning("%s: the run has ended and torchrun still runs: killed", name)
+            _kill_group(process)
+            return process.returncode
+
+
+def _new_launch_dir(output_dir: Path, node: NodePlace | None = None) -> Path:
+    # a resumed run launches again into the same output directory: each launch (and node) keeps its own logs
     parent = output_dir / "torchrun"
     parent.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix=time.strftime("%Y%m%d-%H%M%S-"), dir=parent))
+    prefix = time.strftime("%Y%m%d-%H%M%S-") + ("" if node is None else f"node{node.rank}-")
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
 
 
 def _die_with_this_worker() -> Callable[[], None] | None:
@@ -204,11 +380,11 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
-def torchrun_failure_text(launch_dir: Path, *, exit_code: int) -> str:
-    """Why torchrun failed: the rank that caused it, its error or exit, and the tail of its stderr."""
+def torchrun_failure_text(launch_dir: Path, *, exit_code: int, first_rank: int = 0) -> str:
+    """Why torchrun failed: the rank that caused it, its error or exit, and the tail of its stderr. first_rank: the
+    rank of this node's local rank 0 (on a node but the first of several)."""
     launcher_log = launch_dir / "torchrun.log"
-    failures = summary_failures(_read_text(launcher_log)) or error_file_failures(launch_dir)
-    culprit = failed_rank(failures)
+    culprit = failed_rank(_failures(launch_dir, first_rank=first_rank))
     if culprit is None:
         return (f"torchrun exited with code {exit_code} and named no failed rank; the last lines of its log "
                 f"({launcher_log}):\n" + _tail(_read_text(launcher_log), LAUNCHER_LOG_TAIL_LINES))
@@ -246,10 +422,22 @@ def summary_failures(launcher_output: str) -> list[RankFailure]:
     return failures
 
 
-def error_file_failures(launch_dir: Path) -> list[RankFailure]:
+def error_file_failures(launch_dir: Path, *, first_rank: int = 0) -> list[RankFailure]:
     """Ranks that left an error file, when torchrun printed no summary (it was killed, say)."""
-    return [RankFailure(rank=int(path.parent.name), local_rank=int(path.parent.name), exit_code=None, error_file=path)
+    return [RankFailure(rank=first_rank + int(path.parent.name), local_rank=int(path.parent.name), exit_code=None,
+                        error_file=path)
             for path in sorted(launch_dir.glob("*/attempt_*/*/error.json"))]
+
+
+def _failures(launch_dir: Path, *, first_rank: int) -> list[RankFailure]:
+    return (summary_failures(_read_text(launch_dir / "torchrun.log"))
+            or error_file_failures(launch_dir, first_rank=first_rank))
+
+
+def _only_lost_peers(launch_dir: Path, *, first_rank: int) -> bool:
+    """This node's ranks failed only because ranks elsewhere vanished (or torchrun stopped them)."""
+    culprit = failed_rank(_failures(launch_dir, first_rank=first_rank))
+    return culprit is not None and culprit.is_consequence
 
 
 def failed_rank(failures: list[RankFailure]) -> RankFailure | None:

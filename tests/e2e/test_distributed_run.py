@@ -51,7 +51,7 @@ def test_a_two_process_grpo_run_from_the_form_succeeds_with_one_series_on_its_ch
     page.wait_for_selector("#run-status-badge:text('succeeded')", timeout=180_000)
     run.refresh_from_db()
     assert run.status == Run.Status.SUCCEEDED, run.error
-    assert page.locator("#run-processes").inner_text().startswith("2 · ddp")
+    assert page.locator("#run-processes").inner_text().startswith("2 processes on 1 node · ddp")
     page.wait_for_function(f"window.preflabCharts && window.preflabCharts.points('loss') === {run.total_steps}")
     # each step once, in order: rank 1 reported nothing, so there is no second series or repeated step
     drawn = page.evaluate("Array.from(document.querySelector('[data-metric=loss]').data[0].x)")

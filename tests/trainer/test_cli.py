@@ -84,3 +84,14 @@ def test_a_data_file_line_that_is_not_an_object_is_one_line_naming_file_and_line
     assert main(["run", "run.yaml"]) == 2
     assert capsys.readouterr().err == "error: rows.jsonl, line 2: expected a JSON object, got list\n"
     assert not (tmp_path / "o" / "metrics.jsonl").exists()
+
+
+def test_a_run_file_on_several_nodes_says_to_start_torchrun_on_every_node(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "nodes.yaml").write_text("kind: sft\nmodel: m\noutput_dir: o\ntask: arithmetic\nnum_processes: 4\n"
+                                         "num_nodes: 2\nbatch_size: 8\n")
+    assert main(["run", "nodes.yaml"]) == 2
+    assert capsys.readouterr().err == (
+        "error: num_nodes=2: this command starts one node; start it on every node under torchrun yourself: torchrun "
+        "--nnodes 2 --node-rank K --nproc-per-node 2 --rdzv-backend static --rdzv-endpoint HOST:PORT -m trainer run "
+        "nodes.yaml (K = 0 on HOST, 1 on the other node)\n")

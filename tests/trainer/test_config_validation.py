@@ -31,6 +31,10 @@ def test_defaults_follow_the_papers_and_the_issue():
         ("sft", {"use_lora": "yes"}, "use_lora", "true or false"),
         ("sft", {"max_prompt_length": 600, "max_length": 512}, "max_prompt_length", "smaller than max_length"),
         ("dpo", {"label_smoothing": 0.2, "loss_type": "ipo"}, "label_smoothing", "sigmoid loss only"),
+        # num_processes is the total over all nodes, and every node runs as many
+        ("sft", {"num_processes": 3, "num_nodes": 2}, "num_nodes", "num_processes=3 does not split evenly over "
+                                                                    "num_nodes=2"),
+        ("grpo", {"num_nodes": 0}, "num_nodes", "must be > 0"),
     ],
 )
 def test_bad_values_name_the_field(kind, fields, field, words):

@@ -42,7 +42,18 @@ def _interpolated(value: str, dot_env: dict[str, str]) -> str:
 
 
 def _web_environment(dot_env: dict[str, str]) -> dict[str, str]:
-    return {name: _interpolated(value, dot_env) for name, value in _compose()["services"]["web"]["environment"].items()}
+    return _service_environment("web", dot_env)
+
+
+def _service_environment(service: str, dot_env: dict[str, str]) -> dict[str, str]:
+    environment = _compose()["services"][service]["environment"]
+    return {name: _interpolated(value, dot_env) for name, value in environment.items()}
+
+
+def _gpu_workers() -> dict[str, dict]:
+    """The services whose Celery worker takes the gpu queue."""
+    return {name: service for name, service in _compose()["services"].items()
+            if "-Q" in service.get("command", []) and "gpu" in service["command"][service["command"].index("-Q") + 1]}
 
 
 def _variables_read_by_settings() -> set[str]:
@@ -75,6 +86,20 @@ def test_worker_listens_on_the_gpu_queue_one_job_at_a_time_with_one_gpu_reserved
     assert command[command.index("--pool") + 1] == "solo"
     devices = worker["deploy"]["resources"]["reservations"]["devices"]
     assert devices == [{"driver": "nvidia", "count": 1, "capabilities": ["gpu"]}]
+
+
+def test_one_documented_command_starts_either_the_single_gpu_or_the_multi_gpu_worker_never_both():
+    gpu_workers = _gpu_workers()
+    assert set(gpu_workers) == {"worker", "node-worker"}
+    # a service without a profile starts with every profile: both forms have one, and not the same
+    assert gpu_workers["worker"].get("profiles") == ["single-gpu"]
+    assert gpu_workers["node-worker"].get("profiles") == ["multi-gpu"]
+    documented = set(re.findall(r"docker compose --profile ([\w-]+) up", (REPO_ROOT / "README.md").read_text()))
+    documented |= set(re.findall(r"docker compose --profile ([\w-]+) up", (REPO_ROOT / "docker-compose.yml").read_text()))
+    assert documented == {"single-gpu", "multi-gpu"}
+    for profile in documented:
+        started = [name for name, service in gpu_workers.items() if profile in service["profiles"]]
+        assert len(started) == 1, (profile, started)
 
 
 def test_the_multi_gpu_variant_gives_one_worker_every_gpu_of_its_node_and_room_for_nccl():
@@ -116,8 +141,10 @@ def test_compose_refuses_to_start_without_a_postgres_password_or_a_secret_key():
             _web_environment({key: value for key, value in REQUIRED_IN_DOT_ENV.items() if key != name})
 
 
-def test_manage_py_check_deploy_is_clean_with_the_compose_environment(tmp_path):
-    environment = _web_environment(REQUIRED_IN_DOT_ENV)
+@pytest.mark.parametrize("service", ["web", "node-worker"])
+def test_manage_py_check_deploy_is_clean_with_the_compose_environment(tmp_path, service):
+    # the gpu workers' own settings (PREFLAB_NODE_ADDRESS left empty: the container's host name) pass as well
+    environment = _service_environment(service, REQUIRED_IN_DOT_ENV)
     # the container's own paths, which exist only in it, are replaced by directories here
     environment.update(PREFLAB_DATA_DIR=str(tmp_path), PREFLAB_MODEL_ROOTS=str(tmp_path))
     outside = {name: value for name, value in os.environ.items() if name not in _variables_read_by_settings()}

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from webapp.env import cache_from_url, database_from_url, env_bool, env_dirs, env_int
+from webapp.env import cache_from_url, database_from_url, env_bool, env_dirs, env_host, env_int
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -56,6 +56,22 @@ def test_model_roots_must_exist(monkeypatch, tmp_path):
     monkeypatch.setenv("PREFLAB_MODEL_ROOTS", f"{tmp_path}:{tmp_path / 'missing'}")
     with pytest.raises(ImproperlyConfigured, match="PREFLAB_MODEL_ROOTS: .*missing is not an existing directory"):
         env_dirs("PREFLAB_MODEL_ROOTS", [])
+
+
+@pytest.mark.parametrize("value", ["10.0.0.5", "::1", "gpu-node-1", "gpu-node-1.cluster.local"])
+def test_a_node_address_is_a_host_name_or_an_ip_address(monkeypatch, value):
+    monkeypatch.setenv("PREFLAB_NODE_ADDRESS", value)
+    assert env_host("PREFLAB_NODE_ADDRESS", "this-machine") == value
+    monkeypatch.setenv("PREFLAB_NODE_ADDRESS", "")
+    assert env_host("PREFLAB_NODE_ADDRESS", "this-machine") == "this-machine"
+
+
+@pytest.mark.parametrize("value", ["10.0.0.5:29500", "tcp://10.0.0.5", "gpu node", "-node", "node_1"])
+def test_a_bad_node_address_names_the_variable(monkeypatch, value):
+    monkeypatch.setenv("PREFLAB_NODE_ADDRESS", value)
+    with pytest.raises(ImproperlyConfigured, match=f"PREFLAB_NODE_ADDRESS='{value}' is not a host name or an IP "
+                                                   "address: .* without a scheme or a port"):
+        env_host("PREFLAB_NODE_ADDRESS", "this-machine")
 
 
 def _django_check(env_overrides: dict[str, str], tmp_path: Path) -> subprocess.CompletedProcess:

@@ -222,6 +222,31 @@ def project_name(project_id: Any) -> str | None:
     return apps.get_model("annotation", "Project").objects.filter(pk=project_id).values_list("name", flat=True).first()
 
 
+@dataclass(frozen=True)
+class RunLaunchState:
+    """What the watcher of a run's torchrun (workers.torchrun) reads every second."""
+
+    status: str
+    cancel_requested: bool
+    rendezvous: dict[str, Any]
+
+    @property
+    def running(self) -> bool:
+        return self.status == Run.Status.RUNNING
+
+
+def run_launch_state(*, run_id: int) -> RunLaunchState:
+    status, cancel_requested, rendezvous = (
+        Run.objects.filter(pk=run_id).values_list("status", "cancel_requested", "rendezvous").get())
+    return RunLaunchState(status=status, cancel_requested=cancel_requested, rendezvous=rendezvous)
+
+
+def run_nodes_text(run: Run) -> str:
+    """How many processes on how many nodes the run asks for: "4 processes on 2 nodes"."""
+    processes, nodes = run.config.get("num_processes", 1), run.config.get("num_nodes", 1)
+    return f"{counted(processes, 'process', 'processes')} on {counted(nodes, 'node')}"
+
+
 def run_checkpoints(*, run: Run) -> QuerySet[ModelRef]:
     return ModelRef.objects.filter(run=run).order_by("step")
 

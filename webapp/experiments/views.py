@@ -149,6 +149,7 @@ def _run_context(run: Run, step: int | None = None, resume: str = "") -> dict:
     return {
         "run": run,
         "data_source": selectors.data_source_text(run.data_source),
+        "processes": selectors.run_nodes_text(run),
         "checkpoints": selectors.run_checkpoints_sized(run=run),
         "resume_plan": _resume_plan(run, resume),
         "sample_steps": steps,

@@ -133,3 +133,24 @@ def test_a_launch_refused_after_its_upload_was_read_leaves_no_file_behind(resear
     assert not Run.objects.exists()
     after = set(uploads.iterdir()) if uploads.exists() else set()
     assert after == before, after - before
+
+
+def test_the_form_asks_for_nodes_and_the_run_page_says_how_many_processes_on_how_many_nodes(
+    researcher_client, tiny_model
+):
+    form = researcher_client.get("/runs/new?kind=reward_model").context["form"]
+    processes_group = next(fields for group, _, fields, _ in form.grouped_config_fields() if group == "processes")
+    assert [field.name for field in processes_group] == ["num_processes", "num_nodes", "parallelism"]
+    posted = {"name": "two nodes", "data_source": "arithmetic", "level": "1", "size": "16", "model": tiny_model.path,
+              "batch_size": "4", "grad_accum_steps": "1", "max_length": "64", "max_prompt_length": "16",
+              "lr_scheduler": "linear", "lora_target_modules": "all-linear", "max_steps": "3", "parallelism": "ddp"}
+    refused = researcher_client.post("/runs/new?kind=reward_model", {**posted, "num_processes": "3", "num_nodes": "2"})
+    assert refused.status_code == 200 and not Run.objects.exists()
+    assert refused.context["form"].errors["num_nodes"] == [
+        "num_processes=3 does not split evenly over num_nodes=2: every node runs the same number of processes, so "
+        "num_processes (the total over all nodes) must be a multiple of 2"]
+    response = researcher_client.post("/runs/new?kind=reward_model", {**posted, "num_processes": "4", "num_nodes": "2"})
+    run = Run.objects.get()
+    assert response.status_code == 302 and (run.config["num_processes"], run.config["num_nodes"]) == (4, 2)
+    page = researcher_client.get(f"/runs/{run.pk}/").content.decode()
+    assert '<dd id="run-processes">4 processes on 2 nodes · ddp' in page
