@@ -30,7 +30,7 @@ def test_resume_from_an_earlier_checkpoint_asks_then_removes_the_later_ones(
     page, live_server, researcher, settings, tmp_path, tiny_model_dir, monkeypatch
 ):
     queued: list[int] = []
-    monkeypatch.setattr("webapp.queueing.publish", lambda task, *, kind, object_id: queued.append(object_id))
+    monkeypatch.setattr("webapp.queueing.publish", lambda task, *, kind, object_id, args=(): queued.append(object_id))
     settings.MODEL_ROOTS = tiny_model_roots(tiny_model_dir)
     settings.RUNS_DIR = tmp_path / "runs"
     run = finished_run_with_checkpoints(register_tiny_model(tiny_model_dir), tiny_model_dir, researcher)

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def queued(monkeypatch):
     sent: list[int] = []
-    monkeypatch.setattr("webapp.queueing.publish", lambda task, *, kind, object_id: sent.append(object_id))
+    monkeypatch.setattr("webapp.queueing.publish", lambda task, *, kind, object_id, args=(): sent.append(object_id))
     return sent
 
 
