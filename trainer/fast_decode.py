@@ -190,8 +190,8 @@ class UnitRMS:
 class Matrix:
     """A frozen copy of a projection, weight [out, in] in the dtype its products run in.
 
-    A few rows (a decoding step) are multiplied as weight @ x^T, which streams the weight faster on the CPU
-    (products.WEIGHT_FIRST_MAX_ROWS); a prompt's many rows as x @ weight^T.
+    A few rows (a decoding step) are multiplied as weight @ x^T where that streams the weight faster (bf16 on the
+    CPU; float32 on CPUs but Intel's: products.weight_first); a prompt's many rows as x @ weight^T.
     """
 
     weight: Tensor
@@ -246,7 +246,7 @@ class Matrix:
             return torch._C._nn.mkldnn_linear(x.contiguous().to_mkldnn(), weight, bias).to_dense()
         if self.packed is not None:  # an MKL op: autocast leaves it in float32
             return torch.ops.mkl._mkl_linear(x, self.packed, self.weight, self.bias, self.packed_rows)
-        if x.shape[0] <= products.WEIGHT_FIRST_MAX_ROWS and x.device.type == "cpu":
+        if products.weight_first(x, self.weight):
             product = torch.mm(self.weight, x.t()).t()
             return product if self.bias is None else product + self.bias
         if self.bias is None:
