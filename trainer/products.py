@@ -47,8 +47,8 @@ def weight_first(x: Tensor, weight: Tensor) -> bool:
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     """F.linear(x, weight, bias), as weight @ x^T where that is the faster way (few float32 rows on some CPUs)."""
-    plain = x.dtype != torch.float32 or torch.is_autocast_enabled("cpu") or not weight_first(x, weight)
-    if plain:
+    # bf16 products here are the unfused decoder's and autocast's, where the plain product is the faster
+    if x.dtype != torch.float32 or torch.is_autocast_enabled("cpu") or not weight_first(x, weight):
         return F.linear(x, weight, bias)
     rows = x.numel() // x.shape[-1]
     product = torch.mm(weight, x.reshape(rows, x.shape[-1]).t()).t()
