@@ -20,6 +20,7 @@ from transformers import PreTrainedTokenizerBase
 
 from trainer import chat
 from trainer.chat import ChatFormatError, TextOrConversation, conversation_text, normalize_record
+from trainer.devices import HOST
 from trainer.jsonl import JsonlError, read_jsonl_file
 
 SFT_FIELDS = ("prompt", "completion")
@@ -205,12 +206,12 @@ class SequenceBatch:
 
 def collate(examples: Sequence[SequenceExample], *, pad_token_id: int) -> SequenceBatch:
     width = max(len(example.input_ids) for example in examples)
-    input_ids = torch.full((len(examples), width), pad_token_id, dtype=torch.long)
-    attention_mask = torch.zeros((len(examples), width), dtype=torch.long)
-    completion_mask = torch.zeros((len(examples), width), dtype=torch.long)
+    input_ids = torch.full((len(examples), width), pad_token_id, dtype=torch.long, device=HOST)
+    attention_mask = torch.zeros((len(examples), width), dtype=torch.long, device=HOST)
+    completion_mask = torch.zeros((len(examples), width), dtype=torch.long, device=HOST)
     for row, example in enumerate(examples):
         length = len(example.input_ids)
-        input_ids[row, :length] = torch.tensor(example.input_ids, dtype=torch.long)
+        input_ids[row, :length] = torch.tensor(example.input_ids, dtype=torch.long, device=HOST)
         attention_mask[row, :length] = 1
         completion_mask[row, example.prompt_length : length] = 1
     return SequenceBatch(input_ids, attention_mask, completion_mask, min(e.prompt_length for e in examples))

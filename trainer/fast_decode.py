@@ -259,7 +259,7 @@ _FASTEST_FLOAT32: dict[tuple[tuple[int, ...], int], str] = {}
 
 def _faster_float32_kind(weight: Tensor, bias: Tensor | None, rows: int) -> str:
     """"onednn" or "mkl": the faster float32 product of `rows` rows by this weight, best of 3 calls each."""
-    x = torch.full((rows, weight.shape[1]), 0.5)  # never torch.randn: it would move the seeded sampling stream
+    x = torch.full((rows, weight.shape[1]), 0.5, device=weight.device)  # never torch.randn: it would move the seeded sampling stream
     candidates = {"onednn": Matrix.onednn_float32(weight, bias)}
     if torch.backends.mkl.is_available():
         candidates["mkl"] = Matrix.packed_float32(weight, bias, rows)

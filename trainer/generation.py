@@ -22,6 +22,7 @@ from torch import Tensor, nn
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from trainer.chat import TextOrConversation, encode_prompt, end_token_ids
+from trainer.devices import HOST
 from trainer.distributed import gathered_weights, is_sharded
 from trainer.fast_decode import KVDecoder, supports_fast_decode
 from trainer.selective_forward import (
@@ -83,8 +84,8 @@ class GroupSamples:
     def select_groups(self, groups: Sequence[int]) -> GroupSamples:
         """Whole groups, in the given order."""
         size = self.group_size
-        rows = torch.tensor([g * size + i for g in groups for i in range(size)], dtype=torch.long)
-        return self._take(torch.tensor(list(groups), dtype=torch.long), rows, size)
+        rows = torch.tensor([g * size + i for g in groups for i in range(size)], dtype=torch.long, device=HOST)
+        return self._take(torch.tensor(list(groups), dtype=torch.long, device=HOST), rows, size)
 
     def to(self, device: torch.device | str) -> GroupSamples:
         return dataclasses.replace(
@@ -222,7 +223,7 @@ class HFGenerationBackend:
         self.eos_token_id = int(eos)
         # chat models end a turn with other tokens too (<|im_end|>, <|eot_id|>): a completion ends at any of them
         self.end_token_ids = end_token_ids(tokenizer, getattr(model, "generation_config", None))
-        self._end_ids = torch.tensor(self.end_token_ids, dtype=torch.long)
+        self._end_ids = torch.tensor(self.end_token_ids, dtype=torch.long, device=HOST)
         self.pad_token_id = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos)
 
     def sync_weights(self, model: PreTrainedModel) -> None:
@@ -248,11 +249,11 @@ class HFGenerationBackend:
         sampled prompt has exactly the ids of the training prompt."""
         encoded = [encode_prompt(self.tokenizer, prompt, index=index, name="prompts") for index, prompt in enumerate(prompts)]
         width = max(len(ids) for ids in encoded)
-        input_ids = torch.full((len(encoded), width), self.pad_token_id, dtype=torch.long)
-        attention_mask = torch.zeros((len(encoded), width), dtype=torch.long)
+        input_ids = torch.full((len(encoded), width), self.pad_token_id, dtype=torch.long, device=HOST)
+        attention_mask = torch.zeros((len(encoded), width), dtype=torch.long, device=HOST)
         for row, ids in enumerate(encoded):
             if ids:
-                input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
+                input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long, device=HOST)
                 attention_mask[row, width - len(ids) :] = 1
         device = self.model.device
         return input_ids.to(device), attention_mask.to(device)
@@ -327,7 +328,8 @@ def seeded_uniforms(seeds: Sequence[int], group: int, max_new_tokens: int) -> Te
     """[len(seeds) * group, max_new_tokens] draws in [0, 1): the group rows of prompt i from a generator seeded by
     seeds[i]."""
     return torch.cat([
-        torch.rand(group, max_new_tokens, generator=torch.Generator().manual_seed(seed)) for seed in seeds
+        torch.rand(group, max_new_tokens, generator=torch.Generator(device=HOST).manual_seed(seed), device=HOST)
+        for seed in seeds
     ])
 
 

@@ -27,6 +27,7 @@ from transformers import PreTrainedModel
 
 from trainer import distributed
 from trainer.config import GRPOConfig
+from trainer.devices import HOST
 from trainer.generation import GroupSamples, HFGenerationBackend
 from trainer.logprobs import completion_logprobs
 from trainer.loop import (
@@ -62,10 +63,10 @@ def micro_batch_rows(count: int, chunks: int, group_size: int = 1) -> list[Tenso
     groups = count // group_size
     if group_size > 1 and groups >= chunks:
         return [
-            torch.arange(int(part[0]) * group_size, (int(part[-1]) + 1) * group_size)
-            for part in torch.arange(groups).tensor_split(chunks)
+            torch.arange(int(part[0]) * group_size, (int(part[-1]) + 1) * group_size, device=HOST)
+            for part in torch.arange(groups, device=HOST).tensor_split(chunks)
         ]
-    return list(torch.arange(count).tensor_split(min(chunks, count)))
+    return list(torch.arange(count, device=HOST).tensor_split(min(chunks, count)))
 
 
 def micro_batch(samples: GroupSamples, rows: Tensor) -> GroupSamples:
@@ -88,7 +89,7 @@ class ProcessPart:
 
     @classmethod
     def whole(cls, shares: list[tuple[Tensor, float]], count: int) -> ProcessPart:
-        return cls(torch.arange(count), [(rows, share, rows.numel() / count) for rows, share in shares], False)
+        return cls(torch.arange(count, device=HOST), [(rows, share, rows.numel() / count) for rows, share in shares], False)
 
     @classmethod
     def of(cls, shares: list[tuple[Tensor, float]], count: int, processes: distributed.Processes) -> ProcessPart:
@@ -104,7 +105,7 @@ class ProcessPart:
         repeated = (mine or shares)[-1][0]
         weighted += [(repeated, 0.0, 0.0)] * (per_process - len(weighted))
         first = int(weighted[0][0][0])
-        rows = torch.arange(first, int(weighted[-1][0][-1]) + 1)
+        rows = torch.arange(first, int(weighted[-1][0][-1]) + 1, device=HOST)
         return cls(rows, [(chunk - first, share, row_share) for chunk, share, row_share in weighted], True)
 
 
@@ -168,7 +169,7 @@ class GRPOLearner:
             scored = sample_and_score_shared(
                 self.backend, self.rewarder, draw_rows(), self.params, config, timings, step=step, round_=round_
             )
-            informative = informative_groups(torch.tensor(scored.rewards), config.group_size)
+            informative = informative_groups(torch.tensor(scored.rewards, device=HOST), config.group_size)
             generated += informative.numel()
             informative_count += int(informative.sum())
             if not config.dynamic_sampling:
@@ -281,7 +282,7 @@ class GRPOLearner:
         config = self.config
         timings: dict[str, float] = {}
         scored, sampling = self.rollout(draw_rows, timings, step=step)
-        rewards = torch.tensor(scored.rewards)
+        rewards = torch.tensor(scored.rewards, device=scored.samples.completion_ids.device)
         advantages = group_advantages(rewards, config.group_size, scale=config.advantage_scale)
         # every process holds the whole rollout; each trains on its part of the step's micro-batches
         loss_mask = self.loss_mask(scored.samples)

@@ -31,6 +31,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from trainer import distributed
 from trainer.config import BaseConfig, ConfigError, config_kind, config_to_dict
 from trainer.data import Limits
+from trainer.devices import HOST
 from trainer.models import (
     LoraOptions,
     Precision,
@@ -70,7 +71,7 @@ def rng_state(cuda_states: list[Tensor]) -> dict[str, Any]:
     return {
         "python": random.getstate(),
         # as a tensor so the state loads with torch.load(weights_only=True)
-        "numpy": (numpy_state[0], torch.from_numpy(numpy_state[1].astype(np.int64)), *numpy_state[2:]),
+        "numpy": (numpy_state[0], torch.tensor(numpy_state[1].astype(np.int64), device=HOST), *numpy_state[2:]),
         "torch": torch.get_rng_state(),
         "cuda": cuda_states,
     }
@@ -151,8 +152,8 @@ class DataOrder:
         self.consumed = 0
 
     def _permutation(self, epoch: int) -> list[int]:
-        generator = torch.Generator().manual_seed(self.seed * 100_003 + epoch)
-        return torch.randperm(self.size, generator=generator).tolist()
+        generator = torch.Generator(device=HOST).manual_seed(self.seed * 100_003 + epoch)
+        return torch.randperm(self.size, generator=generator, device=HOST).tolist()
 
     def next_batch(self, batch_size: int) -> list[int]:
         indices = []

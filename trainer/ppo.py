@@ -24,6 +24,7 @@ from transformers import PreTrainedModel
 
 from trainer import distributed
 from trainer.config import ConfigError, PPOConfig
+from trainer.devices import HOST
 from trainer.generation import GroupSamples, HFGenerationBackend
 from trainer.logprobs import completion_logprobs
 from trainer.loop import TrainResult, backward, build_scheduler, optimizer_update, total_steps
@@ -77,7 +78,7 @@ def whiten(values: Tensor, mask: Tensor) -> Tensor:
     """(values - mean) / std over the real tokens; 0 on padding."""
     real = mask.bool()
     mean = values[real].mean()
-    std = values[real].std() if real.sum() > 1 else torch.ones(())
+    std = values[real].std() if real.sum() > 1 else values.new_ones(())
     return torch.where(real, (values - mean) / (std + 1e-8), torch.zeros_like(values))
 
 
@@ -132,7 +133,7 @@ class PPOLearner:
         started = time.perf_counter()
         processes = distributed.active()
         first, last = processes.share_bounds(len(scored.rewards))
-        share = scored.samples if not processes.distributed else scored.samples.select_rows(torch.arange(first, last))
+        share = scored.samples if not processes.distributed else scored.samples.select_rows(torch.arange(first, last, device=HOST))
         parts = self._per_token(share, scored.rewards[first:last])
         if processes.distributed:
             device = share.completion_ids.device
@@ -158,7 +159,7 @@ class PPOLearner:
             kl = (logprobs - ref_logprobs) * mask
         rewards = -config.kl_coef * kl
         last = (mask.sum(dim=1) - 1).clamp(min=0)
-        rewards[torch.arange(len(last)), last] += torch.tensor(scores, dtype=rewards.dtype)
+        rewards[torch.arange(len(last), device=rewards.device), last] += torch.tensor(scores, dtype=rewards.dtype, device=rewards.device)
         advantages, returns = gae(rewards, old_values, mask, gamma=config.gamma, lam=config.lam)
         return logprobs, old_values, kl, advantages, returns
 
@@ -171,7 +172,7 @@ class PPOLearner:
         updates = config.ppo_epochs * config.num_mini_batches
         processes = distributed.active()
         for _ in range(config.ppo_epochs):
-            for minibatch in torch.randperm(mask.shape[0]).chunk(config.num_mini_batches):
+            for minibatch in torch.randperm(mask.shape[0], device=HOST).chunk(config.num_mini_batches):
                 rows, weight = process_rows(minibatch, mask, processes)
                 metrics = self._minibatch(step, samples.select_rows(rows), rows, rollout, advantages, weight)
                 metrics = processes.sum_metrics(metrics)

@@ -21,6 +21,7 @@ from trainer import distributed
 from trainer.chat import display_text
 from trainer.config import OnlineConfig
 from trainer.data import DataError, Limits, check_rows, encode_prompt
+from trainer.devices import HOST
 from trainer.evaluation import accuracy_evaluator, format_rate
 from trainer.generation import GroupSamples, HFGenerationBackend, SamplingParams, concat_samples
 from trainer.loop import (
@@ -169,7 +170,7 @@ def sampling_params(config: OnlineConfig, group_size: int) -> SamplingParams:
 
 
 def reward_metrics(scored: ScoredGroups) -> dict[str, float]:
-    rewards = torch.tensor(scored.rewards)
+    rewards = torch.tensor(scored.rewards, device=HOST)
     samples = scored.samples
     metrics = {
         "reward/mean": rewards.mean().item(),

@@ -26,6 +26,7 @@ from torch import Tensor, nn
 from transformers import PreTrainedModel
 
 from trainer.data import PairExample
+from trainer.devices import HOST
 from trainer.selective_forward import (
     GroupBlocks,
     head_logits,
@@ -86,8 +87,8 @@ def pack_pairs(pairs: Sequence[PairExample], *, pad_token_id: int) -> PackedPair
         input_ids=_padded([layout.ids for layout in layouts], width, pad_token_id),
         position_ids=_padded([layout.positions for layout in layouts], width, 0),
         allowed=_attention_allowed(segments)[:, None],
-        chosen_last=torch.tensor([layout.chosen_length - 1 for layout in layouts], dtype=torch.long),
-        rejected_last=torch.tensor([layout.width - 1 for layout in layouts], dtype=torch.long),
+        chosen_last=torch.tensor([layout.chosen_length - 1 for layout in layouts], dtype=torch.long, device=HOST),
+        rejected_last=torch.tensor([layout.width - 1 for layout in layouts], dtype=torch.long, device=HOST),
         predict_positions=_padded(predicts, completion_width, 0),
         targets=_padded(completions, completion_width, pad_token_id),
         completion_mask=_padded([[1] * len(tokens) for tokens in completions], completion_width, 0),
@@ -101,7 +102,7 @@ PREFIX, CHOSEN, REJECTED, PADDING = 0, 1, 2, -1
 
 
 def _padded(rows: Sequence[Sequence[int]], width: int, value: int) -> Tensor:
-    return torch.tensor([[*row, *([value] * (width - len(row)))] for row in rows], dtype=torch.long)
+    return torch.tensor([[*row, *([value] * (width - len(row)))] for row in rows], dtype=torch.long, device=HOST)
 
 
 def _attention_allowed(segments: Tensor) -> Tensor:
