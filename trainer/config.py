@@ -396,6 +396,8 @@ def _describe(expected: Any) -> str:
 
 LossAggregation = Literal["sequence-mean", "token-mean", "constant"]
 AdvantageScale = Literal["group", "batch", "none"]
+# trainer.generation.DECODING_MODES
+Decoding = Literal["auto", "eager", "static"]
 
 
 @dataclass(kw_only=True)
@@ -437,6 +439,13 @@ class OnlineConfig(BaseConfig):
         10, "Record a few of the step's completions every N steps and at the last step (0: never).", "logging"
     )
     samples_per_log: int = _option(4, "Completions recorded (with rewards and advantage) each time.", "logging")
+    decoding: Decoding = _option(
+        "auto",
+        "How completions are decoded. static: a static KV cache, each token's step captured once as a CUDA graph on a "
+        "GPU and replayed (the same tokens as eager, far fewer kernel launches). eager: one Python-driven step a "
+        "token. auto: static on a GPU, eager on the CPU.",
+        "advanced",
+    )
     alert_kl_above: float = _option(
         DEFAULT_ALERT_KL_ABOVE,
         "Flag the run (on its page) when the KL to the reference rises above this: the policy has left the "

@@ -33,10 +33,11 @@ def greedy_completions(
     *,
     max_new_tokens: int,
     batch_size: int = 64,
+    decoding: str = "auto",
 ) -> list[str]:
     was_training = model.training
     model.eval()
-    backend = HFGenerationBackend(model, tokenizer)
+    backend = HFGenerationBackend(model, tokenizer, decoding=decoding)
     params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0)
     texts: list[str] = []
     for start in range(0, len(prompts), batch_size):
@@ -92,13 +93,20 @@ def sample_writer(
 
 
 def accuracy_evaluator(
-    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, eval_data: Sequence[dict] | None, max_new_tokens: int
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    eval_data: Sequence[dict] | None,
+    max_new_tokens: int,
+    *,
+    decoding: str = "auto",
 ) -> Callable[[], dict[str, float]] | None:
     if not has_answers(eval_data):
         return None
 
     def evaluate() -> dict[str, float]:
-        completions = greedy_completions(model, tokenizer, prompts_of(eval_data), max_new_tokens=max_new_tokens)
+        completions = greedy_completions(
+            model, tokenizer, prompts_of(eval_data), max_new_tokens=max_new_tokens, decoding=decoding
+        )
         return {
             "eval/accuracy": answer_accuracy(completions, [row["answer"] for row in eval_data]),
             "eval/format_rate": format_rate(completions),

@@ -44,10 +44,18 @@ class KVDecoder:
     """Prefill once, then one token per call, for `rows` sequences of at most `capacity` positions."""
 
     def __init__(
-        self, model: PreTrainedModel, *, rows: int, capacity: int, positions: Tensor, decode_rows: int | None = None
+        self,
+        model: PreTrainedModel,
+        *,
+        rows: int,
+        capacity: int,
+        positions: Tensor,
+        decode_rows: int | None = None,
+        store: CopyStore | None = None,
     ) -> None:
         """positions [rows, capacity]: the rotary position of every cache slot of every row; decode_rows: the rows
-        a decoding step will have (after repeat_rows), which the float32 head's packed copy is made for."""
+        a decoding step will have (after repeat_rows), which the float32 head's packed copy is made for; store:
+        where the copies of the weights are written (copy_store's by default)."""
         inner = unwrapped(model)
         self.body = inner.base_model
         self.head = inner.get_output_embeddings()
@@ -69,7 +77,7 @@ class KVDecoder:
         probe = torch.empty(0, dtype=weights, device=device)
         self.cos, self.sin = self.body.rotary_emb(probe, position_ids=positions)  # [rows, capacity, D]
         self.length = 0
-        store = copy_store(self.body)
+        store = store or copy_store(self.body)
         self.fused = fused_projections(self.layers, self.head_dim, dtype, store=store)
         self.folded_head = (
             folded_head(self.head, self.body.norm, dtype, rows=decode_rows or rows, store=store)
@@ -246,6 +254,13 @@ class Matrix:
             return torch._C._nn.mkldnn_linear(x.contiguous().to_mkldnn(), weight, bias).to_dense()
         if self.packed is not None:  # an MKL op: autocast leaves it in float32
             return torch.ops.mkl._mkl_linear(x, self.packed, self.weight, self.bias, self.packed_rows)
+        if self.weight.dtype == torch.float32 and torch.is_autocast_enabled(x.device.type):
+            # the float32 head of bf16-mixed on a GPU (or a CPU without MKL): autocast would multiply it in bf16
+            with torch.autocast(x.device.type, enabled=False):
+                return self._plain_product(x)
+        return self._plain_product(x)
+
+    def _plain_product(self, x: Tensor) -> Tensor:
         if products.weight_first(x, self.weight):
             product = torch.mm(self.weight, x.t()).t()
             return product if self.bias is None else product + self.bias
@@ -377,6 +392,16 @@ def copy_store(body: nn.Module) -> CopyStore:
     """The store of a decoder body's copies: kept with the body on the CPU, fresh each call elsewhere."""
     if body.embed_tokens.weight.device.type != "cpu":
         return CopyStore(keep=False)
+    return _kept_store(body)
+
+
+def kept_copy_store(model: PreTrainedModel) -> CopyStore:
+    """The copies' store kept with the model on any device: a captured decoding step (trainer.static_decode) reads
+    the copies where they were when it was captured, so they are written again in place, never made anew."""
+    return _kept_store(unwrapped(model).base_model)
+
+
+def _kept_store(body: nn.Module) -> CopyStore:
     if body not in _COPY_STORES:
         _COPY_STORES[body] = CopyStore(keep=True)
     return _COPY_STORES[body]
@@ -418,8 +443,11 @@ def _fuse_layer(layer: nn.Module, *, head_dim: int, dtype: torch.dtype, store: C
         heads = bias.unflatten(0, (-1, head_dim))
         return torch.cat([-heads[:, head_dim // 2 :], heads[:, : head_dim // 2]], dim=1).flatten()
 
-    def joined(parts: list[Tensor | None]) -> Tensor | None:
-        return None if any(part is None for part in parts) else torch.cat(parts).to(dtype)
+    def joined(parts: list[Tensor | None], name: str) -> Tensor | None:
+        if any(part is None for part in parts):
+            return None
+        joined_bias = torch.cat(parts)
+        return store.buffer((index, name), tuple(joined_bias.shape), dtype, device).copy_(joined_bias)
 
     with torch.no_grad():
         # [q; k; rotate_half(q); rotate_half(k); v], each with the input norm folded in
@@ -440,7 +468,7 @@ def _fuse_layer(layer: nn.Module, *, head_dim: int, dtype: torch.dtype, store: C
         query_key_bias = None if q.bias is None or k.bias is None else torch.cat([q.bias, k.bias])
         attention_bias = (
             None if query_key_bias is None or v.bias is None
-            else joined([query_key_bias, rotated_half(query_key_bias), v.bias])
+            else joined([query_key_bias, rotated_half(query_key_bias), v.bias], "attention_bias")
         )
         # [gate; up] with the post-attention norm folded in
         mlp_scale = _fold_scale(layer.post_attention_layernorm, hidden_size)
@@ -455,7 +483,7 @@ def _fuse_layer(layer: nn.Module, *, head_dim: int, dtype: torch.dtype, store: C
             attention=Matrix(attention_weight, attention_bias),
             output=_plain_copy(attention.o_proj, dtype, store, (index, "output")),
             mlp_norm=UnitRMS.of(layer.post_attention_layernorm, hidden_size, q.weight),
-            gate_up=Matrix(gate_up_weight, joined([mlp.gate_proj.bias, mlp.up_proj.bias])),
+            gate_up=Matrix(gate_up_weight, joined([mlp.gate_proj.bias, mlp.up_proj.bias], "gate_up_bias")),
             down=_plain_copy(mlp.down_proj, dtype, store, (index, "down")),
             query_key_width=query_key_width,
             head_dim=head_dim,
@@ -469,7 +497,15 @@ def _plain_copy(module: nn.Module, dtype: torch.dtype, store: CopyStore, key: tu
         return None
     weight = store.buffer(key, tuple(module.weight.shape), dtype, module.weight.device)
     weight.copy_(module.weight.detach())
-    return Matrix(weight, None if module.bias is None else module.bias.detach().to(dtype, copy=True))
+    return Matrix(weight, _bias_copy(module.bias, dtype, store, key))
+
+
+def _bias_copy(bias: Tensor | None, dtype: torch.dtype, store: CopyStore, key: tuple) -> Tensor | None:
+    """A copy of a bias in the store's buffer, written in place like the weights' copies (a captured decoding
+    step reads it there: trainer.static_decode)."""
+    if bias is None:
+        return None
+    return store.buffer((*key, "bias"), tuple(bias.shape), dtype, bias.device).copy_(bias.detach())
 
 
 @dataclass(frozen=True)
@@ -507,7 +543,7 @@ def folded_head(
         weight = store.buffer(("head",), tuple(head.weight.shape), torch.float32 if float32_copy else dtype, head.weight.device)
         with torch.no_grad():
             _write_folded(weight, head.weight.detach(), _fold_scale(norm, head.weight.shape[1]))
-            bias = None if head.bias is None else head.bias.detach().to(weight.dtype, copy=True)
+            bias = _bias_copy(head.bias, weight.dtype, store, ("head",))
             matrix = Matrix.fastest_float32(weight, bias, rows) if float32_copy else Matrix(weight, bias)
     return FoldedHead(head=head, norm=norm, unit=UnitRMS.of(norm, norm.weight.shape[0], norm.weight), matrix=matrix)
 

@@ -29,6 +29,7 @@ from trainer.selective_forward import (
     additive_mask,
     position_ids_from_mask,
 )
+from trainer.static_decode import DrawRule, static_decoder
 
 
 @dataclass(frozen=True)
@@ -141,13 +142,30 @@ def concat_samples(parts: Sequence[GroupSamples], *, pad_token_id: int) -> Group
 
 
 class GenerationBackend(Protocol):
-    """Where completions come from: the HF model in-process now, a vLLM server on real GPUs later."""
+    """Where completions come from: HFGenerationBackend samples from the policy in-process (eagerly, or through a
+    captured static-cache step on GPUs); an engine such as vLLM would be another implementation, given the policy's
+    weights through sync_weights. The learners, evaluation and the sampling job use only what is declared here."""
 
-    def generate(self, prompts: Sequence[TextOrConversation], params: SamplingParams) -> GroupSamples:
-        """Sample params.group_size completions for each prompt (text or a conversation), in one batched call."""
+    tokenizer: PreTrainedTokenizerBase
+    pad_token_id: int
+    end_token_ids: list[int]
+    # seconds the backend spent preparing to decode (capturing CUDA graphs) since last asked; 0 once it is ready
+    setup_seconds: float
+
+    def generate(
+        self, prompts: Sequence[TextOrConversation], params: SamplingParams, *, seeds: Sequence[int] | None = None
+    ) -> GroupSamples:
+        """Sample params.group_size completions for each prompt (text or a conversation), in one batched call;
+        `seeds`, one per prompt, make each prompt's completions independent of the batch they are drawn in."""
 
     def sync_weights(self, model: PreTrainedModel) -> None:
         """Make the backend sample from `model`'s current weights (called after each optimizer step)."""
+
+
+# how HFGenerationBackend decodes: "eager" (the lean decoder, or the transformers forward where it does not apply),
+# "static" (trainer.static_decode: a static KV cache, its step captured as a CUDA graph on a GPU), "auto" (static on a
+# GPU, eager on the CPU, where launching kernels from Python costs little next to the arithmetic)
+DECODING_MODES = ("auto", "eager", "static")
 
 
 def filter_top_k_top_p(logits: Tensor, *, top_k: int, top_p: float) -> Tensor:
@@ -166,19 +184,24 @@ def filter_top_k_top_p(logits: Tensor, *, top_k: int, top_p: float) -> Tensor:
 
 
 def _sample_next(
-    logits: Tensor, params: SamplingParams, banned: Tensor | None = None, uniform: Tensor | None = None
+    logits: Tensor,
+    params: SamplingParams,
+    banned: Tensor | None = None,
+    uniform: Tensor | None = None,
+    ban: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Next tokens [N] and their log-probs [N] under the tempered, untruncated distribution; never a token of
     `banned` (ids), which still count in the log-probs. `uniform` [N]: the draws in [0, 1) to sample with
-    (default: fresh ones from torch's generator)."""
+    (default: fresh ones from torch's generator). `ban`, a 1-element bool tensor: whether `banned` applies to this
+    draw, decided on the device (a captured decoding step cannot branch on it in Python); None: it applies."""
     logits = logits.float()
     if params.temperature == 0:
-        allowed = logits if banned is None else logits.index_fill(-1, banned, float("-inf"))
+        allowed = logits if banned is None else _without(logits, banned, ban)
         tokens = allowed.argmax(dim=-1)
         return tokens, logits.log_softmax(dim=-1).gather(-1, tokens[:, None]).squeeze(-1)
     scaled = logits if params.temperature == 1.0 else logits / params.temperature
     logprobs = scaled.log_softmax(dim=-1)
-    allowed = scaled if banned is None else scaled.index_fill(-1, banned, float("-inf"))
+    allowed = scaled if banned is None else _without(scaled, banned, ban)
     if params.top_k == 1:
         tokens = allowed.argmax(dim=-1)
     else:
@@ -186,10 +209,20 @@ def _sample_next(
         filtered = filter_top_k_top_p(allowed, top_k=params.top_k, top_p=params.top_p) if truncating else None
         if truncating:
             probs = filtered.softmax(dim=-1)
-        else:
-            probs = logprobs.exp() if banned is None else allowed.softmax(dim=-1)
+        elif banned is None:
+            probs = logprobs.exp()
+        elif ban is None:
+            probs = allowed.softmax(dim=-1)
+        else:  # the same numbers as the two branches above, whichever ban says
+            probs = torch.where(ban[:, None], allowed.softmax(dim=-1), logprobs.exp())
         tokens = _inverse_cdf_draw(probs, uniform)
     return tokens, logprobs.gather(-1, tokens[:, None]).squeeze(-1)
+
+
+def _without(logits: Tensor, banned: Tensor, ban: Tensor | None) -> Tensor:
+    """logits with the banned ids at -inf (where `ban` says so, when given)."""
+    filled = logits.index_fill(-1, banned, float("-inf"))
+    return filled if ban is None else torch.where(ban[:, None], filled, logits)
 
 
 def _inverse_cdf_draw(probs: Tensor, uniform: Tensor | None = None) -> Tensor:
@@ -213,9 +246,15 @@ class HFGenerationBackend:
     the model's own forward with a DynamicCache.
     """
 
-    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, *, fast_decode: bool = True) -> None:
+    def __init__(
+        self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, *, fast_decode: bool = True, decoding: str = "auto"
+    ) -> None:
+        if decoding not in DECODING_MODES:
+            raise ValueError(f"decoding must be one of {', '.join(DECODING_MODES)}, got {decoding!r}")
         self.tokenizer = tokenizer
         self.fast_decode = fast_decode
+        self.decoding = decoding
+        self.setup_seconds = 0.0
         self._use(model)
         eos = tokenizer.eos_token_id
         if eos is None:
@@ -227,8 +266,10 @@ class HFGenerationBackend:
         self.pad_token_id = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos)
 
     def sync_weights(self, model: PreTrainedModel) -> None:
-        # Sampling reads the very module being trained, so it always sees the current weights.
-        self._use(model)
+        # Sampling reads the very module being trained (and a static decoding writes its copies of the weights
+        # again at every call), so it always sees the current weights; only another model needs deciding anew.
+        if model is not self.model:
+            self._use(model)
 
     def _use(self, model: PreTrainedModel) -> None:
         """Sample from `model`, deciding once (not per call) how: the fast decoder or the transformers forward,
@@ -239,6 +280,9 @@ class HFGenerationBackend:
         """
         self.model = model
         self._fast = self.fast_decode and supports_fast_decode(model)
+        # fsdp gathers the weights anew for every call, where a captured step reads them where they were
+        on_gpu = model.device.type == "cuda" and not is_sharded(model)
+        self._static = self._fast and (self.decoding == "static" or (self.decoding == "auto" and on_gpu))
         self._needs_eval_mode = not self._fast or any(
             isinstance(module, nn.Dropout) and module.p > 0 for module in model.modules()
         )
@@ -282,46 +326,90 @@ class HFGenerationBackend:
         self, prompts: Sequence[TextOrConversation], params: SamplingParams, seeds: Sequence[int] | None
     ) -> GroupSamples:
         prompt_ids, prompt_mask = self.encode_prompts(prompts)
-        group, max_new = params.group_size, params.max_new_tokens
-        rows = prompt_ids.shape[0] * group
+        rows = prompt_ids.shape[0] * params.group_size
         device = prompt_ids.device
-        uniforms = None if seeds is None else seeded_uniforms(seeds, group, max_new).to(device)
-        stepper_class = FastDecodeStepper if self._fast else TransformersStepper
-        stepper = stepper_class(self.model, prompt_ids, prompt_mask, group=group, max_new_tokens=max_new)
-        logits = stepper.prefill()
-
-        tokens = torch.full((rows, max_new), self.pad_token_id, dtype=torch.long, device=device)
-        logprobs = torch.zeros(rows, max_new, device=device)
-        alive = torch.ones(rows, dtype=torch.bool, device=device)
         end_ids = self._end_ids.to(device)
-        steps = 0
-        for step in range(max_new):
-            # rows that already ended keep decoding with the rest; what follows their EOS is masked below
-            banned = end_ids if step < params.min_new_tokens else None
-            uniform = None if uniforms is None else uniforms[:, step]
-            tokens[:, step], logprobs[:, step] = _sample_next(logits, params, banned, uniform)
-            steps = step + 1
-            alive &= ~torch.isin(tokens[:, step], end_ids)
-            if step == max_new - 1 or not alive.any():
-                break
-            logits = stepper.decode(tokens[:, step : step + 1], step)
-
-        mask = completion_mask_until_end(tokens[:, :steps], end_ids)
-        tokens = tokens[:, :steps].masked_fill(mask == 0, self.pad_token_id)
-        logprobs = logprobs[:, :steps] * mask
+        # every draw's uniform number is made before the first token (a captured step cannot draw its own)
+        if seeds is not None:
+            uniforms = seeded_uniforms(seeds, params.group_size, params.max_new_tokens).to(device)
+        elif params.temperature > 0 and params.top_k != 1:
+            uniforms = torch.rand(rows, params.max_new_tokens, device=device)
+        else:  # greedy: nothing is drawn, and torch's generator is left as it is
+            uniforms = torch.zeros(rows, params.max_new_tokens, device=device)
+        decode = self._decode_static if self._static else self._decode_eager
+        tokens, logprobs = decode(prompt_ids, prompt_mask, params, uniforms, end_ids)
+        # a static decoding reads whether every row ended only now and then; the batch ends where the eager one would
+        steps = steps_until_every_row_ended(tokens, end_ids)
+        tokens, logprobs = tokens[:, :steps], logprobs[:, :steps]
+        mask = completion_mask_until_end(tokens, end_ids)
+        truncated = ~ends_in(tokens, end_ids).any(dim=1)
+        tokens = tokens.masked_fill(mask == 0, self.pad_token_id)
+        logprobs = logprobs * mask
         return GroupSamples(
             prompt_ids=prompt_ids,
             prompt_mask=prompt_mask,
             completion_ids=tokens,
             completion_mask=mask,
-            truncated=alive,
+            truncated=truncated,
             logprobs=logprobs,
             # an end token from generation_config need not be a special token the decoder skips
             texts=self.tokenizer.batch_decode(
                 tokens.masked_fill(torch.isin(tokens, end_ids), self.pad_token_id), skip_special_tokens=True
             ),
-            group_size=group,
+            group_size=params.group_size,
         )
+
+
+    def _decode_eager(
+        self, prompt_ids: Tensor, prompt_mask: Tensor, params: SamplingParams, uniforms: Tensor, end_ids: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        """Tokens and log-probs [B*G, steps], one Python-driven step a token, stopping once every row has ended."""
+        group, max_new = params.group_size, params.max_new_tokens
+        stepper_class = FastDecodeStepper if self._fast else TransformersStepper
+        stepper = stepper_class(self.model, prompt_ids, prompt_mask, group=group, max_new_tokens=max_new)
+        logits = stepper.prefill()
+        rows = logits.shape[0]
+        tokens = torch.full((rows, max_new), self.pad_token_id, dtype=torch.long, device=logits.device)
+        logprobs = torch.zeros(rows, max_new, device=logits.device)
+        alive = torch.ones(rows, dtype=torch.bool, device=logits.device)
+        steps = 0
+        for step in range(max_new):
+            # rows that already ended keep decoding with the rest; what follows their end token is masked after
+            banned = end_ids if step < params.min_new_tokens else None
+            tokens[:, step], logprobs[:, step] = _sample_next(logits, params, banned, uniforms[:, step])
+            steps = step + 1
+            alive &= ~ends_in(tokens[:, step : step + 1], end_ids)[:, 0]
+            if step == max_new - 1 or not alive.any():
+                break
+            logits = stepper.decode(tokens[:, step : step + 1], step)
+        return tokens[:, :steps], logprobs[:, :steps]
+
+    def _decode_static(
+        self, prompt_ids: Tensor, prompt_mask: Tensor, params: SamplingParams, uniforms: Tensor, end_ids: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        """The same tokens through trainer.static_decode (a captured step on a GPU)."""
+        rule = DrawRule(params.temperature, params.top_k, params.top_p, bans_ends=params.min_new_tokens > 0)
+        decoded = static_decoder(self.model).decode(
+            prompt_ids, prompt_mask, group=params.group_size, max_new_tokens=params.max_new_tokens,
+            min_new_tokens=params.min_new_tokens, rule=rule, uniforms=uniforms, end_ids=end_ids,
+            sample=lambda logits, banned, uniform, ban: _sample_next(logits, params, banned, uniform, ban),
+        )
+        self.setup_seconds += decoded.capture_seconds
+        return decoded.tokens, decoded.logprobs
+
+
+def ends_in(tokens: Tensor, end_ids: Tensor) -> Tensor:
+    """[N, T] bool: which tokens are end tokens."""
+    return (tokens[..., None] == end_ids).any(dim=-1)
+
+
+def steps_until_every_row_ended(tokens: Tensor, end_ids: Tensor) -> int:
+    """The tokens a batch decodes before it stops: up to the last row's first end token, or all of them when a row
+    has none."""
+    is_end = ends_in(tokens, end_ids)
+    if not bool(is_end.any(dim=1).all()):
+        return tokens.shape[1]
+    return int(is_end.int().argmax(dim=1).max()) + 1
 
 
 def seeded_uniforms(seeds: Sequence[int], group: int, max_new_tokens: int) -> Tensor:

@@ -28,7 +28,7 @@ from transformers import PreTrainedModel
 from trainer import distributed
 from trainer.config import GRPOConfig
 from trainer.devices import HOST
-from trainer.generation import GroupSamples, HFGenerationBackend
+from trainer.generation import GenerationBackend, GroupSamples, HFGenerationBackend
 from trainer.logprobs import completion_logprobs
 from trainer.loop import (
     TrainResult,
@@ -129,7 +129,7 @@ class GRPOLearner:
         config: GRPOConfig,
         policy: PreTrainedModel,
         reference: Reference | None,
-        backend: HFGenerationBackend,
+        backend: GenerationBackend,
         rewarder: Rewarder,
         optimizer: Optimizer,
         scheduler: LambdaLR,
@@ -295,6 +295,7 @@ class GRPOLearner:
         updates_started = time.perf_counter()
         timings["time/scoring_s"] += updates_started - reference_started
         metrics = self.update(step, samples, advantages[part.rows], ref_logprobs, part=part)
+        self.backend.sync_weights(self.policy)
         timings["time/backward_s"] = time.perf_counter() - updates_started
         metrics.update(timings)
         metrics.update(reward_metrics(scored))
@@ -319,7 +320,7 @@ def train(
     optimizer = build_optimizer(policy, config)
     scheduler = build_scheduler(optimizer, config, steps * config.num_iterations)
     learner = GRPOLearner(
-        config, policy, reference, HFGenerationBackend(policy, tokenizer), build_rewarder(config, precision), optimizer,
+        config, policy, reference, HFGenerationBackend(policy, tokenizer, decoding=config.decoding), build_rewarder(config, precision), optimizer,
         scheduler, recompute_old_logprobs=not precision.sampling_logprobs_exact,
     )
     return run_learner(

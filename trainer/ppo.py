@@ -25,7 +25,7 @@ from transformers import PreTrainedModel
 from trainer import distributed
 from trainer.config import ConfigError, PPOConfig
 from trainer.devices import HOST
-from trainer.generation import GroupSamples, HFGenerationBackend
+from trainer.generation import GenerationBackend, GroupSamples, HFGenerationBackend
 from trainer.logprobs import completion_logprobs
 from trainer.loop import TrainResult, backward, build_scheduler, optimizer_update, total_steps
 from trainer.losses import gae, masked_mean, policy_loss, value_loss
@@ -105,7 +105,7 @@ class PPOLearner:
         policy: PreTrainedModel,
         critic: PreTrainedModel,
         reference: Reference | None,
-        backend: HFGenerationBackend,
+        backend: GenerationBackend,
         rewarder: Rewarder,
         optimizer: AdamW,
         scheduler: torch.optim.lr_scheduler.LambdaLR,
@@ -227,6 +227,7 @@ class PPOLearner:
         rollout = self.rollout(draw_rows(), timings, step=step)
         started = time.perf_counter()
         metrics = self.update(step, rollout)
+        self.backend.sync_weights(self.policy)
         timings["time/backward_s"] = time.perf_counter() - started
         samples = rollout.scored.samples
         mask = samples.completion_mask
@@ -285,7 +286,7 @@ def train(
     steps = total_steps(config, len(data))
     scheduler = build_scheduler(optimizer, config, steps * config.ppo_epochs * config.num_mini_batches)
     learner = PPOLearner(
-        config, policy, critic, reference, HFGenerationBackend(policy, tokenizer), build_rewarder(config, precision),
+        config, policy, critic, reference, HFGenerationBackend(policy, tokenizer, decoding=config.decoding), build_rewarder(config, precision),
         optimizer, scheduler, recompute_old_logprobs=not precision.sampling_logprobs_exact,
     )
     return run_learner(

@@ -23,7 +23,7 @@ from trainer.config import OnlineConfig
 from trainer.data import DataError, Limits, check_rows, encode_prompt
 from trainer.devices import HOST
 from trainer.evaluation import accuracy_evaluator, format_rate
-from trainer.generation import GroupSamples, HFGenerationBackend, SamplingParams, concat_samples
+from trainer.generation import GenerationBackend, GroupSamples, SamplingParams, concat_samples
 from trainer.loop import (
     DataOrder,
     Training,
@@ -104,7 +104,7 @@ def sampling_seed(run_seed: int, step: int, round_: int, position: int) -> int:
 
 
 def sample_and_score_shared(
-    backend: HFGenerationBackend,
+    backend: GenerationBackend,
     rewarder: Rewarder,
     rows: list[dict],
     params: SamplingParams,
@@ -128,7 +128,7 @@ def sample_and_score_shared(
 
 
 def sample_and_score(
-    backend: HFGenerationBackend,
+    backend: GenerationBackend,
     rewarder: Rewarder,
     rows: list[dict],
     params: SamplingParams,
@@ -155,6 +155,9 @@ def sample_and_score(
         )
     )
     timings["time/generation_s"] = timings.get("time/generation_s", 0.0) + generated - started
+    if backend.setup_seconds:  # capturing the decoding step's CUDA graphs: once per shape, at the first steps
+        timings["time/graph_capture_s"] = timings.get("time/graph_capture_s", 0.0) + backend.setup_seconds
+        backend.setup_seconds = 0.0
     timings["time/scoring_s"] = timings.get("time/scoring_s", 0.0) + time.perf_counter() - generated
     return ScoredGroups(samples, rows, breakdown.total, breakdown.per_function)
 
@@ -270,7 +273,7 @@ def run_learner(
         order=order,
         steps=steps,
         step=lambda step, record_samples: learner.step(step, draw_rows, sink, record_samples=record_samples),
-        evaluate=accuracy_evaluator(learner.policy, tokenizer, eval_data, config.max_new_tokens),
+        evaluate=accuracy_evaluator(learner.policy, tokenizer, eval_data, config.max_new_tokens, decoding=config.decoding),
         extra_models=extra_models,
         resume_state=resume_state,
         precision=precision,

@@ -243,3 +243,14 @@ def test_few_float32_rows_are_multiplied_the_way_the_cpus_vendor_streams_faster(
         torch.testing.assert_close(products.linear(x, weight, None), F.linear(x, weight), rtol=1e-5, atol=1e-5)
     finally:
         products.weight_first_float32.cache_clear()
+
+
+def test_a_plain_float32_copy_multiplies_in_float32_under_autocast():
+    """The float32 head's copy where neither MKL nor oneDNN holds it (a GPU): autocast would run its product in bf16."""
+    generator = torch.Generator().manual_seed(0)
+    weight, bias = torch.randn(300, 48, generator=generator), torch.randn(300, generator=generator)
+    x = torch.randn(16, 48, generator=generator)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        product = fast_decode.Matrix(weight, bias)(x)
+    assert product.dtype == torch.float32
+    torch.testing.assert_close(product, F.linear(x, weight, bias), atol=1e-5, rtol=1e-5)
