@@ -16,7 +16,7 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import Any, BinaryIO, Literal
+from typing import Annotated, Any, BinaryIO, Literal
 
 from django.conf import settings
 from django.http import HttpRequest, StreamingHttpResponse
@@ -37,6 +37,7 @@ from webapp.annotation.preferences import STRATEGIES
 from webapp.api.auth import researcher_only
 from webapp.api.projects import project_or_404
 from webapp.api.schemas import Detail, Page, PageQuery, page_of
+from webapp.text_bounds import RESPONSE_MAX_CHARS
 from webapp.uploads import body_left_unread, declared_length, size_text
 
 router = Router(tags=["data"])
@@ -192,7 +193,7 @@ def _too_large(limit: int) -> str:
 
 
 class ResponsesIn(Schema):
-    texts: list[str] = Field(..., min_length=1, max_length=1000)
+    texts: list[Annotated[str, Field(max_length=RESPONSE_MAX_CHARS)]] = Field(..., min_length=1, max_length=1000)
     source: Literal[tuple(Response.Source.values)] = "api"  # type: ignore[valid-type]
     detail: dict[str, Any] = Field(default_factory=dict, description="How they were made: model, settings, ...")
 
