@@ -9,7 +9,7 @@
   const container = document.getElementById("charts");
   if (!container) return;
   // Plotly reads every text it draws (titles, trace names, hover labels) as its own HTML subset, links and inline
-  // styles included, and fills in %{...} from its data: a metric logged as <a href=...> would be a link in the
+  // styles included, and fills in %{...} in its templates: a metric logged as <a href=...> would be a link in the
   // chart's title, <b> a style the CSP refuses. Every name from users goes through this, and shows as typed.
   const asPlotlyText = (text) => String(text).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;")
     .replace(/{/g, "&#123;");
