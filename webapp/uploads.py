@@ -1,14 +1,19 @@
-"""Uploads: one size limit, enforced while the body streams in, and keeping an accepted upload under the data dir.
+"""Uploads: one size limit, enforced before and while the body streams in, and keeping an accepted upload under
+the data dir.
 
 settings.PREFLAB_UPLOAD_MAX_BYTES bounds what one request can make the server write or hold. A body whose
-Content-Length is over the limit (plus room for the form's other fields) is refused before any of it is parsed;
+Content-Length is over the limit (plus room for the form's other fields) is refused before any of it is read;
 a multipart body is counted as Django's parser streams its files to a temporary file (or memory, under
 FILE_UPLOAD_MAX_MEMORY_SIZE), and refused at the first chunk over the limit, the partial file removed. Either
-refusal is an HTTP 413 naming the limit, and no view runs, so nothing is written.
+refusal is an HTTP 413 naming the limit, and no view runs, so nothing is written. A body sent without its length
+(Transfer-Encoding: chunked) is refused with a 411 saying to send its length: Django reads such a body as empty,
+so a form would say "choose a file" and the API "no records" about a file that was sent.
 
-A refused body is read to its end and thrown away before the 413 is sent, a chunk at a time: a client still
-sending when the server closes the connection gets a reset instead of the answer, and Django's development
-server would otherwise read the rest into memory in one piece when it closes the request.
+What the client still sends after a refusal is not read (a 2 GiB body held a sync gunicorn worker 13-17 s while
+it was): gunicorn sends the answer, then closes the connection gracefully (it stops sending and drains up to
+64 KiB for 2 s before closing), so a client still sending reads the answer before the reset. Django's development
+server (`manage.py serve`, the tests' live server) reads an unread body into memory in one piece when it closes
+the request; there the rest is read and thrown away a chunk at a time instead.
 """
 
 from collections.abc import Callable
@@ -18,7 +23,8 @@ from django.conf import settings
 from django.core.files.move import file_move_safe
 from django.core.files.uploadedfile import UploadedFile
 from django.core.files.uploadhandler import FileUploadHandler, StopUpload
-from django.http import HttpRequest, HttpResponse, UnreadablePostError
+from django.core.handlers.wsgi import LimitedStream
+from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse, UnreadablePostError
 
 # The form fields besides the files (a run's launch form has about forty), and the multipart headers.
 FORM_FIELDS_ALLOWANCE = 2**20
@@ -71,7 +77,9 @@ class UploadLimitMiddleware:
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         limit = settings.PREFLAB_UPLOAD_MAX_BYTES
-        if _declared_length(request) > limit + FORM_FIELDS_ALLOWANCE:
+        if _sent_in_chunks(request):
+            return _refused_chunked(request)
+        if declared_length(request) > limit + FORM_FIELDS_ALLOWANCE:
             return _refused(request, limit)
         if request.method == "POST" and request.content_type == "multipart/form-data":
             counter = UploadLimitHandler(request, limit)
@@ -88,21 +96,45 @@ class UploadLimitMiddleware:
         return self.get_response(request)
 
 
-def _declared_length(request: HttpRequest) -> int:
+def declared_length(request: HttpRequest) -> int:
+    """The body's Content-Length; 0 when there is none (or it is not a number, which the servers refuse)."""
     try:
         return int(request.META.get("CONTENT_LENGTH") or 0)
     except ValueError:
         return 0
 
 
+def _sent_in_chunks(request: HttpRequest) -> bool:
+    return "chunked" in request.META.get("HTTP_TRANSFER_ENCODING", "").lower()
+
+
+def _refused_chunked(request: HttpRequest) -> HttpResponse:
+    answer = refusal(request, 411, "This server needs the length of a request's body up front (a Content-Length "
+                                   "header); it does not take a body sent in chunks (Transfer-Encoding: chunked). "
+                                   "Send the file with its length. Nothing was stored.")
+    # Sent without a length of its own, so that Django's development server closes the connection after it instead
+    # of reading the chunks left there as the client's next request (gunicorn closes it after every answer).
+    return StreamingHttpResponse([answer.content], status=answer.status_code, content_type=answer["Content-Type"])
+
+
 def _refused(request: HttpRequest, limit: int) -> HttpResponse:
-    _discard_body(request)
-    message = (f"The upload is larger than this server accepts: at most {size_text(limit)} "
-               f"(PREFLAB_UPLOAD_MAX_BYTES). Nothing was stored.")
-    return HttpResponse(message, status=413, content_type="text/plain; charset=utf-8")
+    return refusal(request, 413, f"The upload is larger than this server accepts: at most {size_text(limit)} "
+                                 "(PREFLAB_UPLOAD_MAX_BYTES). Nothing was stored.")
 
 
-def _discard_body(request: HttpRequest) -> None:
+def refusal(request: HttpRequest, status: int, message: str) -> HttpResponse:
+    """An answer to a request whose body is left unread: plain text, or the API's {"detail": ...}."""
+    body_left_unread(request)
+    if request.path.startswith("/api/"):
+        return JsonResponse({"detail": message}, status=status)
+    return HttpResponse(message, status=status, content_type="text/plain; charset=utf-8")
+
+
+def body_left_unread(request: HttpRequest) -> None:
+    """Call before answering a request without reading the rest of its body (see the module's docstring): under
+    Django's development server the rest is read here, a chunk at a time; under gunicorn nothing is."""
+    if not isinstance(request.environ.get("wsgi.input"), LimitedStream):
+        return
     try:
         while request.read(DISCARD_CHUNK):
             pass

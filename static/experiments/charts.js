@@ -8,8 +8,11 @@
   "use strict";
   const container = document.getElementById("charts");
   if (!container) return;
-  // Plotly reads trace names as its own HTML subset (links included): a run's name is shown as typed, as text.
-  const asPlotlyText = (text) => text.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
+  // Plotly reads every text it draws (titles, trace names, hover labels) as its own HTML subset, links and inline
+  // styles included, and fills in %{...} in its templates: a metric logged as <a href=...> would be a link in the
+  // chart's title, <b> a style the CSP refuses. Every name from users goes through this, and shows as typed.
+  const asPlotlyText = (text) => String(text).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;")
+    .replace(/{/g, "&#123;");
   const runs = JSON.parse(container.dataset.runs).map((run) => ({ ...run, label: asPlotlyText(run.label) }));
   // several runs: each chart has a legend under its x axis, so it gets the height for it (experiments.css)
   container.classList.toggle("several-runs", runs.length > 1);
@@ -72,7 +75,8 @@
           legendgroup: group, name: runs[index].label },
         { x: [...series.badX], y: markerY(series, series.badX), text: [...series.bad], mode: "markers",
           marker: { symbol: "x", size: 11, color: "#c92a2a" }, legendgroup: group, showlegend: false,
-          name: `${runs[index].label} non-finite`, hovertemplate: `${metric} = %{text} at %{x}<extra></extra>` },
+          name: `${runs[index].label} non-finite`, meta: asPlotlyText(metric),
+          hovertemplate: "%{meta} = %{text} at %{x}<extra></extra>" },
       ];
     });
   }
@@ -89,7 +93,7 @@
   function layout(metric) {
     const constant = constantValue(metric);
     return {
-      title: { text: metric, font: { size: 13 } }, margin: { l: 50, r: 10, t: 30, b: 35 },
+      title: { text: asPlotlyText(metric), font: { size: 13 } }, margin: { l: 50, r: 10, t: 30, b: 35 },
       yaxis: constant === null ? { autorange: true } : { range: [Math.min(0, 2 * constant), Math.max(0, 2 * constant)] },
       xaxis: { automargin: true, title: { text: { step: "step", wall_time: "seconds since start", tokens_seen: "tokens" }[state.x] } },
       showlegend: runs.length > 1,

@@ -78,6 +78,32 @@ def _wait_for_function_under_the_policy(page) -> Callable[..., None]:
     return wait_for_function
 
 
+REPORT_VIOLATIONS = """document.addEventListener("securitypolicyviolation", (event) => window.preflabCspViolation(
+  `${event.violatedDirective} blocked ${event.blockedURI || "inline"} at ${event.sourceFile}:${event.lineNumber}`
+  + ` (${event.disposition}) ${event.sample}`));"""
+
+
+@pytest.fixture
+def watched_page(page):
+    """The page, with every violation of the Content-Security-Policy and every console error it meets kept in
+    page.problems (see assert_no_problem)."""
+    problems: list[str] = []
+    page.context.expose_function("preflabCspViolation", lambda text: problems.append(f"violation: {text}"))
+    page.context.add_init_script(REPORT_VIOLATIONS)
+    # Django's admin pages name no icon, so Chromium asks for /favicon.ico, which is not ours to serve
+    page.on("console", lambda message: message.type == "error"
+            and not message.location.get("url", "").endswith("/favicon.ico")
+            and problems.append(f"console on {page.url}: {message.text} ({message.location})"))
+    page.on("pageerror", lambda error: problems.append(f"page error on {page.url}: {error}"))
+    page.problems = problems
+    return page
+
+
+def assert_no_problem(page) -> None:
+    page.wait_for_timeout(300)  # a violation is reported as an event after the fact
+    assert page.problems == [], "\n".join(page.problems + page.http_errors)
+
+
 def log_in(page, live_server, username: str, password: str) -> None:
     page.goto(f"{live_server.url}/accounts/login/")
     page.fill("input[name=username]", username)

@@ -9,32 +9,13 @@ from django.conf import settings
 from django.utils import timezone
 
 from tests.e2e.annotating import wait_ranked
-from tests.e2e.conftest import log_in
+from tests.e2e.conftest import assert_no_problem, log_in
 from tests.webapp.annotation.factories import make_project
 from webapp.annotation.models import Ranking
 from webapp.experiments import services
 from webapp.experiments.models import Run, Sample
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
-
-REPORT_VIOLATIONS = """document.addEventListener("securitypolicyviolation", (event) => window.preflabCspViolation(
-  `${event.violatedDirective} blocked ${event.blockedURI || "inline"} at ${event.sourceFile}:${event.lineNumber}`
-  + ` (${event.disposition}) ${event.sample}`));"""
-
-
-@pytest.fixture
-def watched_page(page):
-    """The page, with every policy violation and console error it meets kept in page.problems."""
-    problems: list[str] = []
-    page.context.expose_function("preflabCspViolation", lambda text: problems.append(f"violation: {text}"))
-    page.context.add_init_script(REPORT_VIOLATIONS)
-    # Django's admin pages name no icon, so Chromium asks for /favicon.ico, which is not ours to serve
-    page.on("console", lambda message: message.type == "error"
-            and not message.location.get("url", "").endswith("/favicon.ico")
-            and problems.append(f"console on {page.url}: {message.text} ({message.location})"))
-    page.on("pageerror", lambda error: problems.append(f"page error on {page.url}: {error}"))
-    page.problems = problems
-    return page
 
 
 def _charted_run(researcher) -> Run:
@@ -49,11 +30,6 @@ def _charted_run(researcher) -> Run:
     Sample.objects.bulk_create([Sample(run=run, step=step, prompt=f"2+{step}=", completion=str(2 + step),
                                        rewards={"correct": 1.0}, advantage=0.5) for step in (10, 20, 40)])
     return run
-
-
-def _assert_no_problem(page) -> None:
-    page.wait_for_timeout(300)  # a violation is reported as an event after the fact
-    assert page.problems == [], "\n".join(page.problems + page.http_errors)
 
 
 def test_the_researchers_pages_and_the_admin_work_under_the_policy(watched_page, live_server, researcher,
@@ -74,11 +50,11 @@ def test_the_researchers_pages_and_the_admin_work_under_the_policy(watched_page,
                  f"/projects/{project.pk}/items/{project.prompts.first().pk}/", f"/projects/{project.pk}/edit/",
                  "/projects/new/", "/models/", "/accounts/password/"):
         page.goto(f"{live_server.url}{path}")
-        _assert_no_problem(page)
+        assert_no_problem(page)
 
     page.goto(f"{live_server.url}/system/")
     page.wait_for_selector("dd[hx-get] span")  # the worker status, loaded by htmx
-    _assert_no_problem(page)
+    assert_no_problem(page)
 
     # the members page's confirmations are asked by app.js now that inline handlers are refused
     page.goto(f"{live_server.url}/accounts/projects/{project.pk}/members/")
@@ -87,19 +63,19 @@ def test_the_researchers_pages_and_the_admin_work_under_the_policy(watched_page,
     page.click("tr[data-username=abel] button.remove-member")
     assert asked == [f"Remove abel from {project.name}? Their rankings stay."]
     assert list(project.members.all()) == [annotator]  # dismissed: nothing happened
-    _assert_no_problem(page)
+    assert_no_problem(page)
 
     page.goto(f"{live_server.url}/runs/")
     with page.expect_response(lambda answer: "/runs/rows" in answer.url, timeout=10_000):
         pass  # a poll of the list, swapped in by htmx
     page.fill("input[name=query]", "chart")
     page.wait_for_timeout(600)
-    _assert_no_problem(page)
+    assert_no_problem(page)
 
     page.goto(f"{live_server.url}/runs/new?kind=grpo&preset=dapo")
     page.click("details:has([name=max_length]) > summary")
     assert page.locator("[name=max_length]").is_visible()
-    _assert_no_problem(page)
+    assert_no_problem(page)
 
     page.goto(f"{live_server.url}/runs/{run.pk}/")
     page.wait_for_function("window.preflabCharts && window.preflabCharts.drawn()")
@@ -115,18 +91,18 @@ def test_the_researchers_pages_and_the_admin_work_under_the_policy(watched_page,
         page.locator("#samples-body input[type=range]").fill("0")
     assert "step=10" in answer.value.url
     page.wait_for_selector("#samples-body strong:text-is('10')")
-    _assert_no_problem(page)
+    assert_no_problem(page)
 
     page.goto(f"{live_server.url}/runs/compare?runs={run.pk}&runs={other.pk}")
     page.wait_for_function("window.preflabCharts && window.preflabCharts.drawn()")
     assert page.evaluate("window.preflabCharts.points('loss')") == 80
-    _assert_no_problem(page)
+    assert_no_problem(page)
 
     for path in ("/admin/", "/admin/auth/user/", f"/admin/auth/user/{annotator.pk}/change/",
                  "/admin/axes/accessattempt/", "/admin/annotation/project/",
                  f"/admin/annotation/project/{project.pk}/change/"):
         page.goto(f"{live_server.url}{path}")
-        _assert_no_problem(page)
+        assert_no_problem(page)
 
 
 def test_the_annotator_ranks_with_the_keyboard_under_the_policy(watched_page, live_server, annotator):
@@ -134,7 +110,7 @@ def test_the_annotator_ranks_with_the_keyboard_under_the_policy(watched_page, li
     project = make_project(items=2, responses=3, members=[annotator])
     log_in(page, live_server, "abel", "abel-password-1")
     page.goto(f"{live_server.url}/annotate/")
-    _assert_no_problem(page)
+    assert_no_problem(page)
     page.goto(f"{live_server.url}/annotate/{project.pk}/")
     page.wait_for_selector(".response:focus")
     for key in ("1", "3", "2", "Enter"):
@@ -146,4 +122,4 @@ def test_the_annotator_ranks_with_the_keyboard_under_the_policy(watched_page, li
     page.keyboard.press("Backspace")  # back to the ranked item, shown filled in
     page.wait_for_selector(".response:focus")
     assert Ranking.objects.filter(annotator=annotator).count() in (0, 1)
-    _assert_no_problem(page)
+    assert_no_problem(page)

@@ -24,6 +24,7 @@ from webapp.annotation import services as annotation_services
 from webapp.annotation.importing import ImportFileError, parse_import
 from webapp.annotation.models import ImportJob, Project, Prompt, Ranking
 from webapp.experiments.models import ModelRef, Run
+from webapp.text_bounds import PROMPT_MAX_CHARS
 from workers.importing import import_job_execute
 
 pytestmark = pytest.mark.django_db
@@ -296,12 +297,22 @@ def test_text_json_may_hold_raw_in_a_string_is_imported(import_project, research
     assert Prompt.objects.get().text == text
 
 
-def test_a_20_mib_prompt_is_imported_whole(import_project, researcher):
-    prompt = "word " * (4 * 2**20)
-    data = json.dumps({"prompt": prompt, "responses": ["a", "b"]}).encode()
-    job = annotation_services.import_job_create(project=import_project, upload=SimpleUploadedFile("big.jsonl", data),
+def _imported_job(project, researcher, row: dict) -> ImportJob:
+    data = json.dumps(row).encode()
+    job = annotation_services.import_job_create(project=project, upload=SimpleUploadedFile("big.jsonl", data),
                                                 file_format="jsonl", created_by=researcher)
     import_job_execute(job_id=job.pk)
     job.refresh_from_db()
+    return job
+
+
+def test_a_prompt_as_long_as_its_bound_is_imported_whole_and_a_longer_one_refused(import_project, researcher):
+    prompt = ("word " * (PROMPT_MAX_CHARS // 5 + 1))[:PROMPT_MAX_CHARS]
+    job = _imported_job(import_project, researcher, {"prompt": prompt + "s", "responses": ["a", "b"]})
+    assert job.status == ImportJob.Status.FAILED and not Prompt.objects.exists()
+    assert (job.error_line, job.error_field) == (1, "prompt")
+    assert f"is {PROMPT_MAX_CHARS + 1:,} characters long; at most {PROMPT_MAX_CHARS:,} are allowed" in job.error
+
+    job = _imported_job(import_project, researcher, {"prompt": prompt, "responses": ["a", "b"]})
     assert job.status == ImportJob.Status.SUCCEEDED, job.error
-    assert len(Prompt.objects.get().text) == len(prompt)
+    assert len(Prompt.objects.get().text) == PROMPT_MAX_CHARS

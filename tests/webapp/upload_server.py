@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -118,10 +118,11 @@ class UploadAnswer:
 
 def post_file(
     port: int, path: str, *, fields: dict[str, str], file_field: str, file_name: str, file_size: int,
-    file_chunks: Iterator[bytes], session_cookie: str,
+    file_chunks: Iterator[bytes], session_cookie: str, chunked: bool = False,
 ) -> UploadAnswer:
-    """POST a multipart form whose file is sent chunk by chunk as it is generated, with an exact Content-Length;
-    CSRF passes with a token of our own in the cookie and the header, as Django accepts."""
+    """POST a multipart form whose file is sent chunk by chunk as it is generated, with an exact Content-Length
+    (or, `chunked`, none: Transfer-Encoding: chunked); CSRF passes with a token of our own in the cookie and the
+    header, as Django accepts."""
     boundary = "----preflab" + secrets.token_hex(12)
     head = b"".join(
         f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'.encode()
@@ -130,29 +131,52 @@ def post_file(
          "Content-Type: application/octet-stream\r\n\r\n").encode()
     tail = f"\r\n--{boundary}--\r\n".encode()
     csrf = secrets.token_hex(16)
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
-    started = time.monotonic()
-    connection.putrequest("POST", path)
-    connection.putheader("Content-Type", f"multipart/form-data; boundary={boundary}")
-    connection.putheader("Content-Length", str(len(head) + file_size + len(tail)))
-    connection.putheader("Cookie", f"sessionid={session_cookie}; csrftoken={csrf}")
-    connection.putheader("X-CSRFToken", csrf)
-    connection.endheaders()
-    try:
-        connection.send(head)
+
+    def body() -> Iterator[bytes]:
+        yield head
         sent = 0
         for chunk in file_chunks:
-            connection.send(chunk)
+            yield chunk
             sent += len(chunk)
         if sent != file_size:
             raise ValueError(f"the file chunks held {sent} bytes, not {file_size}")
-        connection.send(tail)
+        yield tail
+
+    return post_stream(port, path, body(), length=None if chunked else len(head) + file_size + len(tail), headers={
+        "Content-Type": f"multipart/form-data; boundary={boundary}",
+        "Cookie": f"sessionid={session_cookie}; csrftoken={csrf}", "X-CSRFToken": csrf})
+
+
+def post_stream(port: int, path: str, chunks: Iterable[bytes], *, length: int | None,
+                headers: dict[str, str]) -> UploadAnswer:
+    """POST a body sent chunk by chunk as it is made, with `length` as its Content-Length, or with none
+    (Transfer-Encoding: chunked) when it is None; the server's answer, also when it comes before the end of the
+    body (the sending then stops)."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+    started = time.monotonic()
+    connection.putrequest("POST", path)
+    for name, value in headers.items():
+        connection.putheader(name, value)
+    connection.putheader(*(("Content-Length", str(length)) if length is not None else ("Transfer-Encoding", "chunked")))
+    connection.endheaders()
+    try:
+        for chunk in chunks:
+            connection.send(chunk if length is not None else b"%x\r\n%s\r\n" % (len(chunk), chunk))
+        if length is None:
+            connection.send(b"0\r\n\r\n")
     except (BrokenPipeError, ConnectionResetError):
         pass  # the server answered before reading everything; its answer is read below
     response = connection.getresponse()
     body = response.read().decode(errors="replace")
     connection.close()
     return UploadAnswer(response.status, body, response.getheader("Location") or "", time.monotonic() - started)
+
+
+def zero_bytes(total: int) -> Iterator[bytes]:
+    """`total` bytes in chunks of SEND_CHUNK, for a body whose content does not matter."""
+    chunk = bytes(SEND_CHUNK)
+    for start in range(0, total, SEND_CHUNK):
+        yield chunk[: min(SEND_CHUNK, total - start)]
 
 
 def session_cookie_for(user) -> str:

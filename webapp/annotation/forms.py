@@ -1,11 +1,14 @@
 from django import forms
 from django.contrib.auth.models import User
+from django.core.exceptions import ValidationError
 
 from webapp.annotation.importing import FORMATS
 from webapp.annotation.models import Project
 from webapp.annotation.preferences import STRATEGIES
+from webapp.annotation.services import guidelines_check
 from webapp.experiments.models import ModelRef
 from webapp.experiments.selectors import models_offered
+from webapp.text_bounds import GUIDELINES_MAX_CHARS
 from webapp.uploads import limit_text
 
 
@@ -27,6 +30,20 @@ class ProjectForm(forms.ModelForm):
             "annotators_per_item": forms.NumberInput(attrs={"min": 1}),
             "lease_minutes": forms.NumberInput(attrs={"min": 1}),
         }
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)
+        # no maxlength on the box: a browser would cut a longer paste short without a word
+        self.fields["guidelines"].help_text = (f"Markdown, shown to annotators on every annotate page (G). At most "
+                                               f"{GUIDELINES_MAX_CHARS:,} characters.")
+
+    def clean_guidelines(self) -> str:
+        guidelines = self.cleaned_data["guidelines"]
+        try:
+            guidelines_check(guidelines)
+        except ValidationError as error:
+            raise forms.ValidationError(error.message_dict["guidelines"]) from None
+        return guidelines
 
     # The database's check constraints would say 'Constraint "…" is violated': say it in words first.
     def clean_responses_per_item(self) -> int:

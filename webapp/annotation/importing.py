@@ -38,6 +38,7 @@ from typing import Any, BinaryIO
 from trainer.chat import ChatFormatError, is_conversation, normalize_record
 from trainer.jsonl import JsonlError, UnreadableLine, numbered_jsonl_lines, text_lines
 from webapp.text import is_blank, whole_number
+from webapp.text_bounds import PROMPT_MAX_CHARS, RESPONSE_MAX_CHARS, length_problem
 
 FORMATS = ("jsonl", "csv")
 # Python's csv module stops at 131,072 characters a cell by default; a long-context prompt may hold more.
@@ -258,18 +259,19 @@ def _record(line: int, row: dict) -> ImportRecord:
         messages = _messages(line, "messages", row["messages"])
         responses: list[str] = []
         if messages[-1]["role"] == "assistant":
-            responses.append(_text(line, f"messages[{len(messages) - 1}].content", messages[-1]["content"]))
+            responses.append(_text(line, f"messages[{len(messages) - 1}].content", messages[-1]["content"],
+                                   max_chars=RESPONSE_MAX_CHARS))
             messages = messages[:-1]
             if not messages:
                 raise ImportFileError(line, "messages", "there is no message before the assistant's answer")
-        text = _messages_text(messages)
+        text = _bounded(line, "messages", _messages_text(messages), PROMPT_MAX_CHARS)
     elif "prompt" in row:
         prompt = row["prompt"]
         if isinstance(prompt, list):
             messages = _messages(line, "prompt", prompt)
-            text = _messages_text(messages)
+            text = _bounded(line, "prompt", _messages_text(messages), PROMPT_MAX_CHARS)
         else:
-            text = _text(line, "prompt", prompt)
+            text = _text(line, "prompt", prompt, max_chars=PROMPT_MAX_CHARS)
         responses = []
     else:
         raise ImportFileError(line, "prompt", "missing: every row needs a prompt (or chat messages)")
@@ -300,6 +302,8 @@ def _record(line: int, row: dict) -> ImportRecord:
     answer = row.get("answer", row.get("reference_answer"))
     if answer is not None and not isinstance(answer, str | int | float):
         raise ImportFileError(line, "answer", "must be a string or a number")
+    if answer is not None:
+        _bounded(line, "answer", str(answer), RESPONSE_MAX_CHARS)
 
     external_id = row.get("id", row.get("external_id"))
     if external_id is None:
@@ -350,24 +354,32 @@ def _explicit_prompt(line: int, row: dict) -> dict:
     return {**row, **explicit}
 
 
-def _text(line: int, name: str, value: object) -> str:
+def _text(line: int, name: str, value: object, *, max_chars: int) -> str:
     if not isinstance(value, str):
         raise ImportFileError(line, name, f"must be a string, got {type(value).__name__}")
     if is_blank(value):
         raise ImportFileError(line, name, "is empty (or only whitespace)")
-    return value
+    return _bounded(line, name, value, max_chars)
+
+
+def _bounded(line: int, name: str, text: str, max_chars: int) -> str:
+    """`text`, or ImportFileError when it is over its kind's bound (webapp.text_bounds)."""
+    problem = length_problem(text, max_chars)
+    if problem:
+        raise ImportFileError(line, name, problem)
+    return text
 
 
 def _response_text(line: int, name: str, value: object) -> str:
     """A response is a string, {"text": ...}, or chat messages whose last assistant message is the answer."""
     if isinstance(value, dict) and "text" in value:
-        return _text(line, name, value["text"])
+        return _text(line, name, value["text"], max_chars=RESPONSE_MAX_CHARS)
     if isinstance(value, list):
         answers = [message["content"] for message in _messages(line, name, value) if message["role"] == "assistant"]
         if not answers:
             raise ImportFileError(line, name, "these messages hold no assistant message")
-        return _text(line, name, answers[-1])
-    return _text(line, name, value)
+        return _text(line, name, answers[-1], max_chars=RESPONSE_MAX_CHARS)
+    return _text(line, name, value, max_chars=RESPONSE_MAX_CHARS)
 
 
 def _messages(line: int, name: str, value: object) -> list[dict]:

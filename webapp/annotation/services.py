@@ -42,13 +42,10 @@ from webapp.experiments.models import ModelRef
 from webapp.experiments.services import model_resolve
 from webapp.queueing import publish_on_commit, requeue_lost
 from webapp.text import counted, storable_text
+from webapp.text_bounds import GUIDELINES_MAX_CHARS, RATIONALE_MAX_CHARS, length_problem
 from webapp.uploads import upload_keep
 
 logger = logging.getLogger(__name__)
-
-# A rationale is a note on one ranking: 10,000 characters is pages of text; the cap keeps a pasted file out of the
-# database.
-RATIONALE_MAX_CHARS = 10_000
 
 _LEASE_ATTEMPTS = 20
 IMPORT_CHUNK = 500
@@ -70,6 +67,7 @@ def project_create(
     lease_minutes: int = 30,
     members: Sequence[AbstractBaseUser] = (),
 ) -> Project:
+    guidelines_check(guidelines)
     project = Project.objects.create(
         name=name,
         mode=mode,
@@ -84,12 +82,22 @@ def project_create(
 
 @transaction.atomic
 def project_update(*, project: Project, members: Sequence[AbstractBaseUser], **fields: object) -> Project:
+    if isinstance(fields.get("guidelines"), str):
+        guidelines_check(fields["guidelines"])
     for name, value in fields.items():
         setattr(project, name, value)
     project.full_clean()
     project.save()
     project.members.set(members)
     return project
+
+
+def guidelines_check(guidelines: str) -> None:
+    """ValidationError naming the field when the guidelines are over their bound (they are on every annotate page)."""
+    problem = length_problem(guidelines, GUIDELINES_MAX_CHARS)
+    if problem:
+        raise ValidationError({"guidelines": f"The guidelines {problem}: they are shown on every annotate page. "
+                                             "Shorten them, or link to a longer document."})
 
 
 # Import -----------------------------------------------------------------------------------------------------

@@ -16,10 +16,10 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import Any, BinaryIO, Literal
+from typing import Annotated, Any, BinaryIO, Literal
 
 from django.conf import settings
-from django.http import HttpRequest, StreamingHttpResponse, UnreadablePostError
+from django.http import HttpRequest, StreamingHttpResponse
 from ninja import Field, Query, Router, Schema
 from ninja.errors import HttpError
 from ninja.responses import Status
@@ -37,7 +37,8 @@ from webapp.annotation.preferences import STRATEGIES
 from webapp.api.auth import researcher_only
 from webapp.api.projects import project_or_404
 from webapp.api.schemas import Detail, Page, PageQuery, page_of
-from webapp.uploads import DISCARD_CHUNK, size_text
+from webapp.text_bounds import RESPONSE_MAX_CHARS
+from webapp.uploads import body_left_unread, declared_length, size_text
 
 router = Router(tags=["data"])
 
@@ -92,7 +93,7 @@ def records_import(request: HttpRequest, project_id: int) -> dict:
         _refuse_none(len(records))
         summary = _imported(project, records)
     else:
-        _drain(request)
+        body_left_unread(request)
         raise HttpError(415, f"Content-Type {request.content_type or '(none)'!r}: send {JSON_TYPE} "
                              f"{{\"records\": [...]}} or {NDJSON_TYPES[0]}, one record a line")
     return {"created": summary.created, "skipped": summary.already_present}
@@ -113,8 +114,8 @@ def _refuse_none(count: int) -> None:
 
 def _json_records(request: HttpRequest) -> list[ImportRecord]:
     limit = min(settings.DATA_UPLOAD_MAX_MEMORY_SIZE, settings.PREFLAB_UPLOAD_MAX_BYTES)
-    if _declared_length(request) > limit:
-        _drain(request)
+    if declared_length(request) > limit:
+        body_left_unread(request)
         raise HttpError(413, _too_large(limit) + f"; send more as {NDJSON_TYPES[0]}, read as a stream")
     try:
         body = json.loads(request.body)
@@ -139,15 +140,15 @@ def _spooled_body(request: HttpRequest) -> Iterator[BinaryIO]:
     """The body in a temporary file (gone when closed), copied a chunk at a time; 413 past the upload limit,
     however the client declared the body's length."""
     limit = settings.PREFLAB_UPLOAD_MAX_BYTES
-    if _declared_length(request) > limit:
-        _drain(request)
+    if declared_length(request) > limit:
+        body_left_unread(request)
         raise HttpError(413, _too_large(limit))
     with tempfile.TemporaryFile(dir=settings.FILE_UPLOAD_TEMP_DIR, prefix="api-records-") as spool:
         received = 0
         while chunk := request.read(SPOOL_CHUNK):
             received += len(chunk)
             if received > limit:
-                _drain(request)
+                body_left_unread(request)
                 raise HttpError(413, _too_large(limit))
             spool.write(chunk)
         spool.seek(0)
@@ -184,32 +185,15 @@ def _indexed(records: Iterable[ImportRecord], *, lines: bool = False) -> Iterato
         index += 1
 
 
-def _declared_length(request: HttpRequest) -> int:
-    try:
-        return int(request.META.get("CONTENT_LENGTH") or 0)
-    except ValueError:
-        return 0
-
-
 def _too_large(limit: int) -> str:
     return f"the body is larger than this server accepts: at most {size_text(limit)}; nothing was imported"
-
-
-def _drain(request: HttpRequest) -> None:
-    """Read what the client still sends before answering: one closing the connection mid-upload would get a
-    reset instead of the answer (as webapp.uploads does for the pages)."""
-    try:
-        while request.read(DISCARD_CHUNK):
-            pass
-    except (OSError, UnreadablePostError):
-        pass  # the client went away: nothing left to read
 
 
 # Responses in -------------------------------------------------------------------------------------------------
 
 
 class ResponsesIn(Schema):
-    texts: list[str] = Field(..., min_length=1, max_length=1000)
+    texts: list[Annotated[str, Field(max_length=RESPONSE_MAX_CHARS)]] = Field(..., min_length=1, max_length=1000)
     source: Literal[tuple(Response.Source.values)] = "api"  # type: ignore[valid-type]
     detail: dict[str, Any] = Field(default_factory=dict, description="How they were made: model, settings, ...")
 

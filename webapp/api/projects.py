@@ -20,6 +20,7 @@ from webapp.annotation.models import Project
 from webapp.api.auth import researcher_only
 from webapp.api.schemas import Detail, Page, PageQuery, page_of
 from webapp.text import NUL
+from webapp.text_bounds import GUIDELINES_MAX_CHARS
 
 router = Router(tags=["projects"])
 
@@ -40,7 +41,8 @@ class ProjectOut(Schema):
 
 class ProjectIn(Schema):
     name: str = Field(..., min_length=1, max_length=NAME_MAX_CHARS)
-    guidelines: str = ""
+    guidelines: str = Field("", max_length=GUIDELINES_MAX_CHARS,
+                            description="Markdown, shown on every annotate page.")
     mode: Literal["ranking", "pairwise"] = "ranking"
     responses_per_item: int = Field(4, ge=2, le=SMALL_INT_MAX)
     annotators_per_item: int = Field(1, ge=1, le=SMALL_INT_MAX)

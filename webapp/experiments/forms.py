@@ -16,6 +16,7 @@ from webapp.experiments import selectors
 from webapp.experiments.models import ModelRef
 from webapp.experiments.services import MODEL_FIELDS, SERVICE_FIELDS, field_architectures
 from webapp.text import counted
+from webapp.text_bounds import CONFIG_TEXT_MAX_CHARS
 from webapp.uploads import limit_text
 
 REWARD_PREFIX = "reward__"
@@ -84,9 +85,9 @@ def _form_field(kind: str, name: str, annotation: Any, dataclass_field: dataclas
     if base is float:
         return forms.FloatField(required=False, help_text=help_text)
     if typing.get_origin(base) is list:
-        return forms.CharField(required=False, help_text=f"{help_text} (comma-separated)")
+        return forms.CharField(required=False, max_length=CONFIG_TEXT_MAX_CHARS, help_text=f"{help_text} (comma-separated)")
     return forms.CharField(required=not optional and dataclass_field.default is dataclasses.MISSING,
-                           help_text=help_text)
+                           max_length=CONFIG_TEXT_MAX_CHARS, help_text=help_text)
 
 
 def visible_config_fields(kind: str) -> list[dataclasses.Field]:

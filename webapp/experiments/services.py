@@ -47,6 +47,15 @@ from webapp.experiments.models import (
 )
 from webapp.queueing import publish_on_commit, requeue_lost
 from webapp.text import storable_text, typed_text_problem
+from webapp.text_bounds import (
+    CONFIG_TEXT_MAX_CHARS,
+    EXTERNAL_CONFIG_MAX_CHARS,
+    NAME_MAX_CHARS,
+    PROMPT_MAX_CHARS,
+    RESPONSE_MAX_CHARS,
+    RUN_ERROR_MAX_CHARS,
+    length_problem,
+)
 from webapp.uploads import upload_keep
 
 logger = logging.getLogger(__name__)
@@ -643,6 +652,7 @@ def run_launch(
     given here could name any file on the server, so an upload is refused."""
     _name_check(name)
     _refuse_fields_the_form_hides(kind, config)
+    _config_texts_check(config)
     if data_source.get("type") == "upload":
         raise ValidationError({"data_source": "an uploaded file is given through the launch form; here, choose "
                                               "arithmetic or a project's pairs or prompts"})
@@ -664,6 +674,26 @@ def _name_check(name: str) -> None:
         raise ValidationError({"name": f"the name {problem}"})
 
 
+def _config_texts_check(config: Mapping[str, Any]) -> None:
+    """A program's config holds text no longer than the launch form's text fields take: ValidationError naming the
+    field."""
+    for field, value in config.items():
+        for text in value if isinstance(value, list) else [value]:
+            problem = length_problem(text, CONFIG_TEXT_MAX_CHARS) if isinstance(text, str) else None
+            if problem:
+                raise ValidationError({field: f"a text of the config {problem}"})
+
+
+def _cut_to_bound(text: str, max_chars: int) -> str:
+    """`text`, or its beginning and end with a note of what was cut between them: an error report is kept, not
+    refused (refusing a failed run's finish would leave it running until its heartbeats are missed)."""
+    if len(text) <= max_chars:
+        return text
+    note = f"\n[... {len(text) - max_chars:,} characters cut (at most {max_chars:,} are kept) ...]\n"
+    kept = max_chars - len(note)
+    return text[: kept // 2] + note + text[len(text) - (kept - kept // 2):]
+
+
 def run_fork(
     *, parent_id: int, created_by: AbstractBaseUser | None, name: str = "", config: Mapping[str, Any] | None = None,
 ) -> Run:
@@ -675,6 +705,7 @@ def run_fork(
                                        "be forked here"})
     _name_check(name)
     _refuse_fields_the_form_hides(parent.kind, config or {})
+    _config_texts_check(config or {})
     inherited = {key: value for key, value in parent.config.items() if key not in SERVICE_FIELDS}
     return run_create(kind=parent.kind, config={**inherited, **(config or {})}, data_source=parent.data_source,
                       created_by=created_by, name=name.strip() or f"{parent.name} (fork)", parent=parent)
@@ -686,7 +717,7 @@ def run_fork(
 EXTERNAL_ROWS_MAX = 10_000
 EXTERNAL_SAMPLES_MAX = 1_000
 RUN_METRIC_NAMES_MAX = 1_000
-METRIC_NAME_MAX_LENGTH = 200
+METRIC_NAME_MAX_LENGTH = NAME_MAX_CHARS
 BATCH_ID_MAX_LENGTH = SampleBatch._meta.get_field("batch_id").max_length or 100
 # PositiveIntegerField: Postgres integer
 STEP_MAX = 2**31 - 1
@@ -837,6 +868,9 @@ def external_run_create(
     _name_check(name)
     if not isinstance(config, Mapping):
         raise ValidationError({"config": f"expected a JSON object; got {_shown(config)}"})
+    problem = length_problem(json.dumps(config, default=str), EXTERNAL_CONFIG_MAX_CHARS)
+    if problem:
+        raise ValidationError({"config": f"as JSON, the config {problem} (it is shown on the run's page)"})
     if total_steps is not None:
         _whole_number_field("total_steps", total_steps, minimum=1, maximum=STEP_MAX)
     data_source: dict[str, Any] = {"type": EXTERNAL_KIND}
@@ -909,9 +943,12 @@ def _logged_samples(samples: Sequence[Any]) -> list[dict[str, Any]]:
                                   "completion, rewards and advantage")
         step = _whole_number(sample.get("step"), _where(index, "step", "sample"), maximum=STEP_MAX)
         texts = {}
-        for field in ("prompt", "completion"):
+        for field, max_chars in (("prompt", PROMPT_MAX_CHARS), ("completion", RESPONSE_MAX_CHARS)):
             if not isinstance(sample.get(field), str):
                 raise ValidationError(f"{_where(index, field, 'sample')}: expected text; got {_shown(sample.get(field))}")
+            problem = length_problem(sample[field], max_chars)
+            if problem:
+                raise ValidationError(f"{_where(index, field, 'sample')}: the text {problem}")
             texts[field] = sample[field]
         rewards = sample.get("rewards") or {}
         if not isinstance(rewards, Mapping):
@@ -973,6 +1010,7 @@ def external_run_finish(*, run_id: int, status: str, error: str = "") -> Run:
             raise _not_running(run)
         if status == Status.FAILED and not error.strip():
             error = "the client reported the run failed, without a reason"
+        error = _cut_to_bound(error, RUN_ERROR_MAX_CHARS)
         _transition(run.pk, status, only_from=Status.RUNNING, finished_at=timezone.now(), error=storable_text(error))
     run.refresh_from_db()
     return run
