@@ -15,6 +15,7 @@ Parts (each stands alone; --only / --skip pick them):
   grpo135, grpo1b  a GRPO step, ours against TRL's GRPOTrainer, bf16-mixed both sides (bench/bench_real_model.py's
               functions with the CPU-only TRL arguments removed): phases, peak memory and where it goes.
   pairs       reward model and DPO pairs/s, ours against TRL, on the 1.7B shape, batch 8, with peak memory.
+  profile     torch.profiler's table of our DPO step on the 1.7B shape (OUT/profile-dpo.txt): where its time goes.
 Random weights: timings only, no learning. Results go to OUT/results.jsonl and stdout as they come.
 
 Usage (from the project's root): python3 CARRY/gpu_check.py CARRY OUT_DIR [--dry] [--only a,b] [--skip a,b]
@@ -36,7 +37,7 @@ import time
 import traceback
 from pathlib import Path
 
-PARTS = ("smoke", "sampling", "generation", "grpo135", "grpo1b", "pairs")
+PARTS = ("smoke", "sampling", "generation", "grpo135", "grpo1b", "pairs", "profile")
 ap = argparse.ArgumentParser()
 ap.add_argument("carry", type=Path)
 ap.add_argument("out", type=Path)
@@ -423,6 +424,25 @@ def pairs(model: Path, label: str, batch: int, steps: int) -> None:
                trl_peak_gib=peak_and_reset())
 
 
+def profile(model: Path, batch: int) -> None:
+    """Where our DPO step's time goes on this device (the GPU's kernels and the host's launching them), for the
+    session that makes it faster: torch.profiler's table over 3 steps, in OUT/profile-dpo.txt."""
+    import bench_dpo
+    import bench_real_model as b
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    pair_args = argparse.Namespace(steps=3, batch_size=batch, max_length=256)
+    rows = b.chat_pairs(3 * batch)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if CUDA else [])
+    with torch_profile(activities=activities) as traced:
+        seconds = bench_dpo.run_ours(pair_args, model, rows, precompute=False)
+    sort = "cuda_time_total" if CUDA else "cpu_time_total"
+    table = traced.key_averages().table(sort_by=sort, row_limit=25)
+    (OUT / "profile-dpo.txt").write_text(table)
+    record("profile", kind="dpo", steps_timed_s=round(seconds, 3), top=table.splitlines()[3:8])
+
+
 def part(name: str, fn, *args) -> None:
     if name not in chosen:
         return
@@ -436,11 +456,12 @@ def part(name: str, fn, *args) -> None:
 m135 = build("m135", **SHAPE_135)
 part("smoke", smoke, m135)
 part("sampling", sampling, m135)
-needs_1b7 = chosen & {"generation", "grpo1b", "pairs"}
+needs_1b7 = chosen & {"generation", "grpo1b", "pairs", "profile"}
 m1b7 = build("m1b7", **SHAPE_1B7) if needs_1b7 else None
 part("generation", generation, m1b7, 8, 8, 128 if not a.dry else 16)
 patch_benches()
 part("grpo135", grpo, m135, "135m", 1, 64 if not a.dry else 8, 3)
 part("grpo1b", grpo, m1b7, "1.7b", 4, 128 if not a.dry else 8, 3)
 part("pairs", pairs, m1b7, "1.7b", 8, 4)
+part("profile", profile, m1b7, 8)
 record("done", seconds=round(time.time() - T0, 1))
