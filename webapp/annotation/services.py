@@ -30,6 +30,7 @@ from django.utils import timezone
 from webapp.annotation.importing import IdRepeatedInFile, ImportFileError, ImportRecord, repeated_id
 from webapp.annotation.models import (
     GENERATION_SETTING_BOUNDS,
+    OPTIONAL_SETTINGS,
     WHOLE_NUMBER_SETTINGS,
     Assignment,
     ImportJob,
@@ -570,7 +571,7 @@ def generation_settings_check(options: Mapping[str, Any]) -> None:
         if name not in GENERATION_SETTING_BOUNDS:
             raise ValidationError({name: f"is not a generation setting; they are {', '.join(GENERATION_SETTING_BOUNDS)}"})
     for name, (least, most) in GENERATION_SETTING_BOUNDS.items():
-        value = options.get(name)
+        value = options.get(name, OPTIONAL_SETTINGS.get(name))
         whole = name in WHOLE_NUMBER_SETTINGS
         if isinstance(value, bool) or not isinstance(value, int if whole else int | float):
             raise ValidationError({name: f"must be {'a whole number' if whole else 'a number'}, got {value!r}"})

@@ -129,7 +129,8 @@ def test_the_sampling_form_refuses_a_seed_of_2_to_the_70_on_its_field_and_queues
     ({"temperature": float("inf")}, "must be between 0.0 and 5.0, got inf"),
     ({"max_new_tokens": 10**9}, "must be between 1 and 4096"),
     ({"responses_per_prompt": 2.5}, "must be a whole number, got 2.5"),
-    ({"batch_size": 2**63}, "is not a generation setting"),
+    ({"batch_size": 2**63}, "must be between 1 and 256"),
+    ({"batch": 8}, "is not a generation setting"),
 ])
 def test_the_sampling_service_checks_the_settings_whoever_calls_it(tiny_model, researcher, generation, detail):
     from django.core.exceptions import ValidationError
