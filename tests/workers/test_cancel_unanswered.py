@@ -59,6 +59,24 @@ def _launch(tiny_model, researcher, name: str, **config) -> Run:
                                created_by=researcher, name=name)
 
 
+def _stuck_at_step_3(tiny_model, researcher, worker, name: str, **config) -> Run:
+    """A run whose third step hangs for ever, deaf to a cancel, once it has logged its second."""
+    run = _launch(tiny_model, researcher, name, debug_hang_at_step=3, checkpoint_every=0, **config)
+    wait_for(lambda: Run.objects.get(pk=run.pk).current_step == 2, timeout_s=180,
+             what=lambda: f"two steps\n{worker.log_tail()}")
+    return run
+
+
+def _cancel_and_wait(run: Run, worker) -> float:
+    """Cancel the run and wait for its end: the seconds from the cancel to the run's end."""
+    services.run_cancel(run_id=run.pk)
+    canceled_at = time.monotonic()
+    wait_for(lambda: run_status(run.pk) in FINISHED, timeout_s=CANCEL_BOUND_S + 10,
+             what=lambda: f"the cancel\n{worker.log_tail()}")
+    run.refresh_from_db()
+    return time.monotonic() - canceled_at
+
+
 def _heartbeat(run: Run) -> float:
     return Run.objects.get(pk=run.pk).heartbeat_at.timestamp()
 
@@ -67,9 +85,7 @@ def test_a_step_deaf_to_the_cancel_is_killed_within_the_bound_and_the_worker_run
     celery_worker_factory, tiny_model, researcher
 ):
     worker = celery_worker_factory(queues=("gpu",), PREFLAB_CANCEL_GRACE_S=str(GRACE_S))
-    stuck = _launch(tiny_model, researcher, "stuck at step 3", debug_hang_at_step=3, checkpoint_every=0)
-    wait_for(lambda: Run.objects.get(pk=stuck.pk).current_step == 2, timeout_s=120,
-             what=lambda: f"two steps\n{worker.log_tail()}")
+    stuck = _stuck_at_step_3(tiny_model, researcher, worker, "stuck at step 3")
     (child,) = training_processes(stuck.pk)
     assert child != worker.process.pid
     # stuck, and alive: no step after 2, and the heartbeat goes on, written by the worker while its child runs
@@ -77,12 +93,7 @@ def test_a_step_deaf_to_the_cancel_is_killed_within_the_bound_and_the_worker_run
     wait_for(lambda: _heartbeat(stuck) > beat, timeout_s=5, what="a heartbeat while the step hangs")
     assert Run.objects.get(pk=stuck.pk).current_step == 2 and run_status(stuck.pk) == Run.Status.RUNNING
 
-    services.run_cancel(run_id=stuck.pk)
-    canceled_at = time.monotonic()
-    wait_for(lambda: run_status(stuck.pk) in FINISHED, timeout_s=CANCEL_BOUND_S + 10,
-             what=lambda: f"the cancel\n{worker.log_tail()}")
-    ended_after_s = time.monotonic() - canceled_at
-    stuck.refresh_from_db()
+    ended_after_s = _cancel_and_wait(stuck, worker)
     print(f"a step deaf to the cancel: canceled {ended_after_s:.1f} s after the cancel (grace {GRACE_S} s, bound "
           f"{CANCEL_BOUND_S:g} s)")
     assert stuck.status == Run.Status.CANCELED
@@ -104,9 +115,7 @@ def test_no_heartbeat_while_the_training_is_stopped_and_a_killed_one_fails_its_r
     celery_worker_factory, tiny_model, researcher
 ):
     worker = celery_worker_factory(queues=("gpu",))
-    run = _launch(tiny_model, researcher, "stopped, then killed", debug_hang_at_step=3, checkpoint_every=0)
-    wait_for(lambda: Run.objects.get(pk=run.pk).current_step == 2, timeout_s=120,
-             what=lambda: f"two steps\n{worker.log_tail()}")
+    run = _stuck_at_step_3(tiny_model, researcher, worker, "stopped, then killed")
     (child,) = training_processes(run.pk)
     os.kill(child, signal.SIGSTOP)
     try:
@@ -132,18 +141,10 @@ def test_a_run_on_two_processes_deaf_to_the_cancel_is_ended_whole_within_the_bou
     celery_worker_factory, tiny_model, researcher
 ):
     worker = celery_worker_factory(queues=("gpu",), PREFLAB_CANCEL_GRACE_S=str(GRACE_S))
-    run = _launch(tiny_model, researcher, "two stuck ranks", num_processes=2, debug_hang_at_step=3,
-                  checkpoint_every=0)
-    wait_for(lambda: Run.objects.get(pk=run.pk).current_step == 2, timeout_s=180,
-             what=lambda: f"two steps\n{worker.log_tail()}")
+    run = _stuck_at_step_3(tiny_model, researcher, worker, "two stuck ranks", num_processes=2)
     group = training_processes(run.pk)
     assert len(group) == 3  # torchrun and its two ranks, whose command lines end alike
-    services.run_cancel(run_id=run.pk)
-    canceled_at = time.monotonic()
-    wait_for(lambda: run_status(run.pk) in FINISHED, timeout_s=CANCEL_BOUND_S + 10,
-             what=lambda: f"the cancel\n{worker.log_tail()}")
-    ended_after_s = time.monotonic() - canceled_at
-    run.refresh_from_db()
+    ended_after_s = _cancel_and_wait(run, worker)
     print(f"two ranks deaf to the cancel: canceled {ended_after_s:.1f} s after the cancel")
     assert run.status == Run.Status.CANCELED and run.error.startswith(f"did not stop within {GRACE_S} s of the cancel")
     assert ended_after_s <= CANCEL_BOUND_S
