@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
+from pathlib import Path
 from typing import IO, Any
 
 from django.conf import settings
@@ -44,6 +45,7 @@ PR_SET_PDEATHSIG = 1
 # /proc/PID/stat states of a process that is not running: a zombie (exited, not yet reaped), dead, stopped (a
 # signal, a debugger).
 NOT_RUNNING_STATES = frozenset("ZXxTt")
+PROC = Path("/proc")
 
 
 def start_group(command: list[str], *, stdout: int | IO[Any], env: dict[str, str] | None = None) -> subprocess.Popen:
@@ -77,16 +79,18 @@ def kill_group(process: subprocess.Popen) -> None:
 
 def is_running(pid: int) -> bool:
     """The process exists and runs (or waits, as a process does), neither a zombie nor stopped."""
-    try:
-        state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]  # noqa: SIM115 (read at once)
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return False
-    except OSError:  # no /proc (not Linux): whether it exists
+    if not PROC.is_dir():  # not Linux: whether it exists at all
         try:
             os.kill(pid, 0)
         except ProcessLookupError:
             return False
+        except PermissionError:
+            return True
         return True
+    try:
+        state = (PROC / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
     return state not in NOT_RUNNING_STATES
 
 
