@@ -3,13 +3,21 @@
 This module must not import torch or transformers: the web process builds its forms from these classes.
 
 Field metadata: "help" (shown in the form), "group" (model | optimisation | processes | data | logging | advanced),
-"test_only" (hidden by the web; e.g. forcing a NaN loss to test the divergence path).
+"test_only" (hidden by the web; e.g. forcing a NaN loss to test the divergence path), "maximum" (the largest value
+`validate` accepts; the bounds below say why each is what it is).
+
+Every number is bounded, so that no value a form or a program sends can stall a worker or fail only once it trains:
+a lower bound where the field's meaning has one, an upper bound from what holds the value (a run's step columns, the
+seeds torch takes) or from what a larger value would cost, and for floats finiteness. Coefficients that only scale a
+finite term (max_grad_norm, beta, the loss weights, the alert thresholds) have no upper bound but that one: any finite
+value is a choice, and costs nothing more. The bounds that need the data's size are `check_data_size`'s.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -27,6 +35,38 @@ Parallelism = Literal["ddp", "fsdp"]
 PURE_BF16_MIN_LR = 1e-4
 
 
+# A run's steps are stored as Postgres integers (Run.current_step, total_steps, MetricRow.step): a run of more steps
+# could not record its progress. Every step-valued field (max_steps, warmup_steps, the every-N-steps fields) shares it.
+STEPS_MAX = 2**31 - 1
+# torch.manual_seed takes a 64-bit number; a seed stays within the signed range every tool holds (numpy's legacy
+# generator takes 32 bits: seed_everything folds the seed into them).
+SEED_MAX = 2**63 - 1
+# Examples in one step: a million is past what one step holds in memory on any device (the data's size bounds it
+# further, check_data_size).
+BATCH_SIZE_MAX = 2**20
+# Tokens in one sequence (and generated per completion): past any model's context, and one sequence's activations
+# at that length already fill a GPU.
+SEQUENCE_MAX = 2**20
+# Passes over the data: more repeat a data set a thousand times over, which max_steps says better.
+EPOCHS_MAX = 10_000
+# A LoRA rank (and alpha) past the widest hidden size of any model adapts nothing more than a full update does.
+LORA_RANK_MAX = 2**16
+# Processes: one per GPU on a node (a CPU-only node runs as many gloo processes, which 64 CPU cores already hold), and
+# nodes: each one another gpu worker asked to join by a message of its own.
+PROCESSES_PER_NODE_MAX = 64
+NODES_MAX = 256
+# Completions sampled per prompt (G) and completions recorded per log: each multiplies a step's generation work.
+GROUP_SIZE_MAX = 1024
+SAMPLES_PER_LOG_MAX = 1024
+# Updates of one batch (GRPO's mu, PPO's epochs) and generation rounds of one step (DAPO): each repeats a step's work.
+REPEATS_MAX = 1024
+# Sampling among the k most likely tokens: past any vocabulary's size it is the same as off.
+TOP_K_MAX = 2**20
+# The sampling temperature: at 5 a small model's distribution is already close to uniform; the sampling form of a
+# project takes the same bound.
+TEMPERATURE_MAX = 5.0
+
+
 class ConfigError(ValueError):
     """A config value is wrong; `field` names it so a form can show the message next to it."""
 
@@ -41,8 +81,10 @@ DEFAULT_ALERT_KL_ABOVE = 1.0
 DEFAULT_ALERT_ENTROPY_BELOW = 0.05
 
 
-def _option(default: Any, help: str, group: str, **extra: Any) -> Any:
+def _option(default: Any, help: str, group: str, *, maximum: float | None = None, **extra: Any) -> Any:
     metadata = {"help": help, "group": group, **extra}
+    if maximum is not None:
+        metadata["maximum"] = maximum
     if isinstance(default, list):
         return field(default_factory=lambda: list(default), metadata=metadata)
     return field(default=default, metadata=metadata)
@@ -67,37 +109,49 @@ class BaseConfig:
 
     model: str = _required("Policy / base model: a local directory or a Hugging Face hub id.", "model")
     output_dir: str = _required("Directory for metrics.jsonl, samples.jsonl and checkpoints/.", "logging")
-    seed: int = _option(0, "Seed for data order, initialisation and sampling; same seed, same numbers.", "advanced")
+    seed: int = _option(0, "Seed for data order, initialisation and sampling; same seed, same numbers.", "advanced",
+                        maximum=SEED_MAX)
 
-    lr: float = _option(1e-5, "Peak learning rate (AdamW).", "optimisation")
-    weight_decay: float = _option(0.0, "AdamW weight decay.", "optimisation")
+    # AdamW moves each weight by about lr per step: past 1, a step is larger than any weight a model holds
+    lr: float = _option(1e-5, "Peak learning rate (AdamW).", "optimisation", maximum=1.0)
+    # AdamW multiplies each weight by 1 - lr * weight_decay per step: at most 1 (with lr <= 1), never past zero
+    weight_decay: float = _option(0.0, "AdamW weight decay.", "optimisation", maximum=1.0)
     lr_scheduler: LrScheduler = _option("linear", "Decay after warm-up: linear to 0, cosine to 0, or constant.", "optimisation")
-    warmup_steps: int = _option(0, "Linear warm-up steps; when 0, warmup_ratio is used.", "optimisation")
+    warmup_steps: int = _option(0, "Linear warm-up steps; when 0, warmup_ratio is used.", "optimisation",
+                                maximum=STEPS_MAX)
     warmup_ratio: float = _option(0.0, "Warm-up as a fraction of all steps (used when warmup_steps is 0).", "optimisation")
-    max_steps: int | None = _option(None, "Optimizer steps to run; when empty, `epochs` passes over the data.", "optimisation")
-    epochs: float = _option(1.0, "Passes over the training data (used when max_steps is empty).", "optimisation")
-    batch_size: int = _option(8, "Examples per optimizer step (split into grad_accum_steps micro-batches).", "optimisation")
+    max_steps: int | None = _option(None, "Optimizer steps to run; when empty, `epochs` passes over the data.",
+                                    "optimisation", maximum=STEPS_MAX)
+    epochs: float = _option(1.0, "Passes over the training data (used when max_steps is empty).", "optimisation",
+                            maximum=EPOCHS_MAX)
+    batch_size: int = _option(8, "Examples per optimizer step (split into grad_accum_steps micro-batches); at most "
+                              "the data's rows.", "optimisation", maximum=BATCH_SIZE_MAX)
+    # at most batch_size, which bounds it: each micro-batch holds at least one example
     grad_accum_steps: int = _option(1, "Micro-batches per optimizer step; must divide batch_size.", "optimisation")
     max_grad_norm: float = _option(1.0, "Clip the global gradient norm to this; 0 turns clipping off.", "optimisation")
 
-    max_length: int = _option(512, "Longest prompt + completion in tokens; longer completions are cut.", "data")
+    max_length: int = _option(512, "Longest prompt + completion in tokens; longer completions are cut.", "data",
+                              maximum=SEQUENCE_MAX)
     max_prompt_length: int | None = _option(
         None, "Longest prompt in tokens; a longer prompt is a data error. Empty: half of max_length.", "data"
     )
 
-    log_every: int = _option(1, "Log metrics every N steps.", "logging")
-    sample_every: int = _option(0, "Record model samples every N steps (0: never).", "logging")
-    eval_every: int = _option(0, "Evaluate on the held-out data every N steps (0: only at the end).", "logging")
-    checkpoint_every: int = _option(0, "Write a resumable checkpoint every N steps (0: only at the end).", "logging")
+    log_every: int = _option(1, "Log metrics every N steps.", "logging", maximum=STEPS_MAX)
+    sample_every: int = _option(0, "Record model samples every N steps (0: never).", "logging", maximum=STEPS_MAX)
+    eval_every: int = _option(0, "Evaluate on the held-out data every N steps (0: only at the end).", "logging",
+                              maximum=STEPS_MAX)
+    checkpoint_every: int = _option(0, "Write a resumable checkpoint every N steps (0: only at the end).", "logging",
+                                    maximum=STEPS_MAX)
     keep_last: int = _option(
-        3, "Checkpoints kept on disk: older ones are deleted unless another run uses them (0: keep all).", "logging"
+        3, "Checkpoints kept on disk: older ones are deleted unless another run uses them (0: keep all).", "logging",
+        maximum=STEPS_MAX,
     )
     resume_from: str | None = _option(None, "Checkpoint directory (…/checkpoints/step-N) to continue from.", "advanced")
 
     use_lora: bool = _option(False, "Train LoRA adapters instead of all weights (peft).", "model")
-    lora_r: int = _option(16, "LoRA rank.", "model")
-    lora_alpha: int = _option(32, "LoRA alpha (scaling = alpha / r).", "model")
-    lora_dropout: float = _option(0.05, "Dropout on the LoRA path.", "model")
+    lora_r: int = _option(16, "LoRA rank.", "model", maximum=LORA_RANK_MAX)
+    lora_alpha: int = _option(32, "LoRA alpha (scaling = alpha / r).", "model", maximum=LORA_RANK_MAX)
+    lora_dropout: float = _option(0.05, "Dropout on the LoRA path, in [0, 1).", "model")
     lora_target_modules: list[str] = _option(
         ["all-linear"], "Module names to adapt; 'all-linear' adapts every linear layer but the head.", "model"
     )
@@ -116,6 +170,7 @@ class BaseConfig:
         "over gloo). Above 1 the worker starts the run with torchrun; batch_size stays the batch of the whole step, "
         "split among them.",
         "processes",
+        maximum=NODES_MAX * PROCESSES_PER_NODE_MAX,
     )
     num_nodes: int = _option(
         1,
@@ -123,6 +178,7 @@ class BaseConfig:
         "num_processes must be a multiple of it). Above 1 the worker that takes the run asks num_nodes - 1 idle gpu "
         "workers to join it (torchrun's rendezvous across nodes); the run fails if they do not join in time.",
         "processes",
+        maximum=NODES_MAX,
     )
     parallelism: Parallelism = _option(
         "ddp",
@@ -133,7 +189,12 @@ class BaseConfig:
     )
 
     debug_nan_at_step: int | None = _option(
-        None, "Force the loss to NaN at this step (tests the divergence path).", "advanced", test_only=True
+        None, "Force the loss to NaN at this step (tests the divergence path).", "advanced", test_only=True,
+        maximum=STEPS_MAX,
+    )
+    debug_hang_at_step: int | None = _option(
+        None, "Hang at the start of this step for ever, deaf to a cancel (tests that the worker ends such a run).",
+        "advanced", test_only=True, maximum=STEPS_MAX,
     )
 
     def __post_init__(self) -> None:
@@ -151,11 +212,12 @@ class BaseConfig:
     def validate(self) -> None:
         """Raise ConfigError naming the first wrong field."""
         _check_types(self)
+        _check_finite_and_maxima(self)
         for name in ("model", "output_dir"):
             if not getattr(self, name).strip():
                 raise ConfigError(name, "is required")
         _positive(self, "lr", "batch_size", "grad_accum_steps", "max_length", "max_prompt_length", "log_every")
-        _non_negative(self, "weight_decay", "warmup_steps", "max_grad_norm", "sample_every", "eval_every")
+        _non_negative(self, "seed", "weight_decay", "warmup_steps", "max_grad_norm", "sample_every", "eval_every")
         _non_negative(self, "checkpoint_every", "keep_last")
         if self.max_steps is not None and self.max_steps <= 0:
             raise ConfigError("max_steps", f"must be > 0 (or empty to use epochs), got {self.max_steps}")
@@ -163,6 +225,12 @@ class BaseConfig:
             raise ConfigError("epochs", f"must be > 0, got {self.epochs}")
         if not 0.0 <= self.warmup_ratio < 1.0:
             raise ConfigError("warmup_ratio", f"must be in [0, 1), got {self.warmup_ratio}")
+        if self.grad_accum_steps > self.batch_size:
+            raise ConfigError(
+                "grad_accum_steps",
+                f"must be <= batch_size={self.batch_size} (each micro-batch holds at least one example), "
+                f"got {self.grad_accum_steps}",
+            )
         if self.batch_size % self.grad_accum_steps:
             raise ConfigError(
                 "batch_size",
@@ -178,8 +246,11 @@ class BaseConfig:
             _positive(self, "lora_r", "lora_alpha")
             if not self.lora_target_modules:
                 raise ConfigError("lora_target_modules", "needs at least one module name")
-        if self.debug_nan_at_step is not None and self.debug_nan_at_step < 1:
-            raise ConfigError("debug_nan_at_step", "must be >= 1 (steps count from 1)")
+        if not 0.0 <= self.lora_dropout < 1.0:
+            raise ConfigError("lora_dropout", f"must be in [0, 1), got {self.lora_dropout}")
+        for name in ("debug_nan_at_step", "debug_hang_at_step"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ConfigError(name, "must be >= 1 (steps count from 1)")
         _check_pure_bf16(self, "lr", self.lr)
 
 
@@ -187,7 +258,7 @@ class BaseConfig:
 class RewardModelConfig(BaseConfig):
     """Bradley-Terry reward model on preference pairs (InstructGPT): one scalar per sequence."""
 
-    lr: float = _option(1e-4, "Peak learning rate (AdamW).", "optimisation")
+    lr: float = _option(1e-4, "Peak learning rate (AdamW).", "optimisation", maximum=1.0)
     center_coef: float = _option(
         0.0, "Weight of mean((r_chosen + r_rejected)^2), which keeps rewards centred on 0 (0.01 in TRL).", "optimisation"
     )
@@ -202,8 +273,9 @@ class RewardModelConfig(BaseConfig):
 class SFTConfig(BaseConfig):
     """Supervised fine-tuning on prompt / completion rows; the loss covers completion tokens only."""
 
-    lr: float = _option(2e-5, "Peak learning rate (AdamW).", "optimisation")
-    eval_max_new_tokens: int = _option(64, "Tokens generated per held-out prompt for eval/accuracy.", "logging")
+    lr: float = _option(2e-5, "Peak learning rate (AdamW).", "optimisation", maximum=1.0)
+    eval_max_new_tokens: int = _option(64, "Tokens generated per held-out prompt for eval/accuracy.", "logging",
+                                       maximum=SEQUENCE_MAX)
 
     def validate(self) -> None:
         super().validate()
@@ -214,7 +286,7 @@ class SFTConfig(BaseConfig):
 class DPOConfig(BaseConfig):
     """Direct Preference Optimisation (Rafailov et al. 2023) against a frozen reference model."""
 
-    lr: float = _option(1e-6, "Peak learning rate (AdamW); DPO wants a small one.", "optimisation")
+    lr: float = _option(1e-6, "Peak learning rate (AdamW); DPO wants a small one.", "optimisation", maximum=1.0)
     beta: float = _option(0.1, "Strength of the implicit KL to the reference (0.1 in the paper).", "optimisation")
     loss_type: DpoLossType = _option("sigmoid", "sigmoid (DPO), ipo (IPO, length-averaged log-probs) or hinge (SLiC).", "optimisation")
     label_smoothing: float = _option(0.0, "Assumed label noise for conservative DPO (sigmoid loss only).", "optimisation")
@@ -228,7 +300,8 @@ class DPOConfig(BaseConfig):
         True, "Compute reference log-probs once before training and free the reference model.", "advanced"
     )
     share_prefix: bool = _share_prefix_option()
-    eval_max_new_tokens: int = _option(64, "Tokens generated per held-out prompt for eval/accuracy.", "logging")
+    eval_max_new_tokens: int = _option(64, "Tokens generated per held-out prompt for eval/accuracy.", "logging",
+                                       maximum=SEQUENCE_MAX)
 
     def validate(self) -> None:
         super().validate()
@@ -297,6 +370,12 @@ def _check_processes(config: BaseConfig) -> None:
     online kinds, whose groups never span processes), in grad_accum_steps micro-batches."""
     _positive(config, "num_processes", "num_nodes")
     processes = config.num_processes
+    if processes // config.num_nodes > PROCESSES_PER_NODE_MAX:
+        raise ConfigError(
+            "num_processes",
+            f"{processes} processes on {config.num_nodes} node(s) are {processes // config.num_nodes} per node, more "
+            f"than {PROCESSES_PER_NODE_MAX} (one per GPU of a machine)",
+        )
     if processes % config.num_nodes:
         raise ConfigError(
             "num_nodes",
@@ -313,6 +392,40 @@ def _check_processes(config: BaseConfig) -> None:
         )
     if processes > 1 and config.parallelism == "fsdp" and config.use_lora:
         raise ConfigError("parallelism", "LoRA runs hold few trainable weights: use ddp, not fsdp")
+
+
+def check_data_size(config: BaseConfig, rows: int) -> None:
+    """The bounds that follow from the data's size (`rows` training rows: examples, pairs or prompts), which the web
+    knows at launch and the trainer once it has read the data: a step draws its batch without taking a row twice, and
+    the steps that `epochs` passes make fit a run's step counter."""
+    if rows < 1:
+        raise ConfigError("batch_size", "the data has no rows to train on")
+    if config.batch_size > rows:
+        raise ConfigError(
+            "batch_size",
+            f"{config.batch_size} is more than the data's {rows} rows: a step would take rows twice; choose at most "
+            f"{rows}",
+        )
+    if config.max_steps is None:
+        steps = math.ceil(config.epochs * rows / config.batch_size)
+        if steps > STEPS_MAX:
+            raise ConfigError(
+                "epochs",
+                f"{config.epochs:g} passes over {rows} rows in batches of {config.batch_size} are {steps} steps, more "
+                f"than a run counts ({STEPS_MAX}); set max_steps or fewer epochs",
+            )
+
+
+def _check_finite_and_maxima(config: BaseConfig) -> None:
+    """Every float finite, every number at most its field's maximum (the bounds of this module's docstring)."""
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f.name, f"must be a finite number, got {value}")
+        maximum = f.metadata.get("maximum")
+        if maximum is not None and value is not None and value > maximum:
+            raise ConfigError(f.name, f"must be <= {maximum:g}, got {value}" if isinstance(maximum, float)
+                              else f"must be <= {maximum}, got {value}")
 
 
 def _positive(config: BaseConfig, *names: str) -> None:
@@ -404,15 +517,19 @@ Decoding = Literal["auto", "eager", "static"]
 class OnlineConfig(BaseConfig):
     """Fields shared by the kinds that sample completions and score them with rewards."""
 
-    lr: float = _option(1e-6, "Peak learning rate (AdamW); 1e-6 in DeepSeekMath and DAPO.", "optimisation")
-    batch_size: int = _option(8, "Prompts per step (each is sampled, then scored).", "optimisation")
-    max_new_tokens: int = _option(256, "Longest completion in tokens; longer ones are cut (truncated).", "data")
+    lr: float = _option(1e-6, "Peak learning rate (AdamW); 1e-6 in DeepSeekMath and DAPO.", "optimisation",
+                        maximum=1.0)
+    batch_size: int = _option(8, "Prompts per step (each is sampled, then scored); at most the data's prompts.",
+                              "optimisation", maximum=BATCH_SIZE_MAX)
+    max_new_tokens: int = _option(256, "Longest completion in tokens; longer ones are cut (truncated).", "data",
+                                  maximum=SEQUENCE_MAX)
     max_prompt_length: int | None = _option(
         None, "Longest prompt in tokens; a longer prompt is a data error. Empty: max_length - max_new_tokens.", "data"
     )
-    temperature: float = _option(1.0, "Sampling temperature; log-probs are taken at the same temperature.", "data")
+    temperature: float = _option(1.0, "Sampling temperature; log-probs are taken at the same temperature.", "data",
+                                 maximum=TEMPERATURE_MAX)
     top_p: float = _option(1.0, "Nucleus sampling: keep the most likely tokens up to this mass (1: off).", "data")
-    top_k: int = _option(0, "Sample among the k most likely tokens only (0: off).", "data")
+    top_k: int = _option(0, "Sample among the k most likely tokens only (0: off).", "data", maximum=TOP_K_MAX)
     reference_model: str | None = _option(None, "Frozen reference for the KL term; empty means the starting policy.", "model")
     rewards: dict[str, float] = field(
         default_factory=lambda: {"answer_match": 1.0},
@@ -433,12 +550,15 @@ class OnlineConfig(BaseConfig):
         "L_cache of the soft_overlong reward: the penalty ramps from max_new_tokens - this to max_new_tokens. "
         "Empty: a quarter of max_new_tokens.",
         "data",
+        maximum=SEQUENCE_MAX,
     )
     # the step's own completions: recording them costs no generation, so it is on by default
     sample_every: int = _option(
-        10, "Record a few of the step's completions every N steps and at the last step (0: never).", "logging"
+        10, "Record a few of the step's completions every N steps and at the last step (0: never).", "logging",
+        maximum=STEPS_MAX,
     )
-    samples_per_log: int = _option(4, "Completions recorded (with rewards and advantage) each time.", "logging")
+    samples_per_log: int = _option(4, "Completions recorded (with rewards and advantage) each time.", "logging",
+                                   maximum=SAMPLES_PER_LOG_MAX)
     decoding: Decoding = _option(
         "auto",
         "How completions are decoded. static: a static KV cache, each token's step captured once as a CUDA graph on a "
@@ -471,6 +591,7 @@ class OnlineConfig(BaseConfig):
         from trainer.rewards import check_reward_weights
 
         _check_types(self)
+        _check_finite_and_maxima(self)
         if self.max_new_tokens >= self.max_length:
             raise ConfigError(
                 "max_new_tokens", f"must be smaller than max_length={self.max_length} (leave room for the prompt)"
@@ -500,8 +621,10 @@ class OnlineConfig(BaseConfig):
 class GRPOConfig(OnlineConfig):
     """GRPO (DeepSeekMath) with the DAPO and Dr. GRPO options; `GRPOConfig.dapo(...)` turns DAPO's on."""
 
-    group_size: int = _option(8, "G: completions sampled per prompt (8 in the seeds).", "optimisation")
-    num_iterations: int = _option(1, "mu: optimizer updates per batch of samples, with the old log-probs kept.", "optimisation")
+    group_size: int = _option(8, "G: completions sampled per prompt (8 in the seeds).", "optimisation",
+                              maximum=GROUP_SIZE_MAX)
+    num_iterations: int = _option(1, "mu: optimizer updates per batch of samples, with the old log-probs kept.",
+                                  "optimisation", maximum=REPEATS_MAX)
     beta: float = _option(0.04, "Weight of the k3 KL to the reference (0.04 in DeepSeekMath; 0 skips the reference).", "optimisation")
     share_prompt: bool = _option(
         True,
@@ -510,7 +633,8 @@ class GRPOConfig(OnlineConfig):
         "Used where the architecture allows it.",
         "advanced",
     )
-    epsilon_low: float = _option(0.2, "Lower clip range: ratio >= 1 - epsilon_low.", "optimisation")
+    # past 1 the lower clip (1 - epsilon_low) is below 0, where no ratio is: no clip at all
+    epsilon_low: float = _option(0.2, "Lower clip range: ratio >= 1 - epsilon_low.", "optimisation", maximum=1.0)
     epsilon_high: float = _option(0.2, "Upper clip range: ratio <= 1 + epsilon_high (DAPO clip-higher: 0.28).", "optimisation")
     loss_aggregation: LossAggregation = _option(
         "sequence-mean", "sequence-mean (GRPO), token-mean (DAPO) or constant (Dr. GRPO: / (B * max_new_tokens)).", "optimisation"
@@ -519,7 +643,8 @@ class GRPOConfig(OnlineConfig):
         "group", "Divide centred rewards by the group std (GRPO), the batch std, or nothing (Dr. GRPO).", "optimisation"
     )
     dynamic_sampling: bool = _option(False, "DAPO: resample until every group's rewards differ (capped rounds).", "optimisation")
-    max_generation_rounds: int = _option(3, "Dynamic sampling: most generation rounds per step.", "optimisation")
+    max_generation_rounds: int = _option(3, "Dynamic sampling: most generation rounds per step.", "optimisation",
+                                         maximum=REPEATS_MAX)
     overlong_filtering: bool = _option(False, "DAPO: truncated completions are left out of the loss.", "optimisation")
 
     def validate(self) -> None:
@@ -590,12 +715,13 @@ def _default_rewards(kind: str) -> dict[str, float]:
 class PPOConfig(OnlineConfig):
     """PPO with a critic (InstructGPT style): per-token KL penalty in the reward, GAE, clipped losses."""
 
-    ppo_epochs: int = _option(4, "Passes over each rollout.", "optimisation")
+    ppo_epochs: int = _option(4, "Passes over each rollout.", "optimisation", maximum=REPEATS_MAX)
     num_mini_batches: int = _option(1, "Minibatches per pass; must divide batch_size.", "optimisation")
     kl_coef: float = _option(0.05, "Per-token KL penalty to the reference, added to the reward.", "optimisation")
     gamma: float = _option(1.0, "Discount factor of GAE.", "optimisation")
     lam: float = _option(0.95, "GAE lambda.", "optimisation")
-    epsilon: float = _option(0.2, "Clip range of the policy ratio.", "optimisation")
+    # past 1 the lower clip (1 - epsilon) is below 0, where no ratio is
+    epsilon: float = _option(0.2, "Clip range of the policy ratio.", "optimisation", maximum=1.0)
     value_clip: float = _option(0.2, "Clip range of the value update.", "optimisation")
     vf_coef: float = _option(0.1, "Weight of the value loss.", "optimisation")
     entropy_coef: float = _option(0.0, "Weight of the entropy bonus.", "optimisation")
@@ -603,7 +729,7 @@ class PPOConfig(OnlineConfig):
     critic_model: str | None = _option(
         None, "Critic's starting weights; empty means the reward model if there is one, else the policy.", "model"
     )
-    critic_lr: float | None = _option(None, "Critic learning rate; empty means lr.", "optimisation")
+    critic_lr: float | None = _option(None, "Critic learning rate; empty means lr.", "optimisation", maximum=1.0)
 
     def validate(self) -> None:
         super().validate()

@@ -29,7 +29,7 @@ from torch.optim.lr_scheduler import LambdaLR
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from trainer import distributed
-from trainer.config import BaseConfig, ConfigError, config_kind, config_to_dict
+from trainer.config import BaseConfig, ConfigError, check_data_size, config_kind, config_to_dict
 from trainer.data import Limits
 from trainer.devices import HOST
 from trainer.models import (
@@ -61,8 +61,14 @@ class TrainResult:
 
 def seed_everything(seed: int) -> None:
     random.seed(seed)
-    np.random.seed(seed)
+    np.random.seed(seed % 2**32)  # numpy's legacy generator takes 32 bits; the same for every seed below 2^32
     torch.manual_seed(seed)
+
+
+def generator_seed(value: int) -> int:
+    """A seed derived from the run's (data order, sampling streams) as torch.Generator.manual_seed takes it: 64 bits,
+    the same number for every value that fits them."""
+    return value % 2**64
 
 
 def rng_state(cuda_states: list[Tensor]) -> dict[str, Any]:
@@ -112,6 +118,8 @@ def set_cuda_rng_states(states: list[Tensor]) -> None:
 
 
 def total_steps(config: BaseConfig, dataset_size: int) -> int:
+    """The run's steps on `dataset_size` rows, once the config is checked against that size (check_data_size)."""
+    check_data_size(config, dataset_size)
     if config.max_steps is not None:
         return config.max_steps
     return max(1, math.ceil(config.epochs * dataset_size / config.batch_size))
@@ -152,10 +160,15 @@ class DataOrder:
         self.consumed = 0
 
     def _permutation(self, epoch: int) -> list[int]:
-        generator = torch.Generator(device=HOST).manual_seed(self.seed * 100_003 + epoch)
+        generator = torch.Generator(device=HOST).manual_seed(generator_seed(self.seed * 100_003 + epoch))
         return torch.randperm(self.size, generator=generator, device=HOST).tolist()
 
     def next_batch(self, batch_size: int) -> list[int]:
+        # a batch larger than the data would take rows twice (and one of 2^63 rows would never be built): refused
+        # here too, whoever built the config
+        if not 0 < batch_size <= self.size:
+            raise ValueError(f"a batch of {batch_size} rows from data of {self.size} rows: a batch takes from 1 row "
+                             f"to all of them")
         indices = []
         while len(indices) < batch_size:
             epoch, position = divmod(self.consumed, self.size)
@@ -446,6 +459,8 @@ def train_loop(run: Training, sink: Sink) -> TrainResult:
     for step in range(start_step + 1, steps + 1):
         # step: forward, backward and the optimizer updates (which advance the schedule)
         started = time.perf_counter()
+        if config.debug_hang_at_step == step:
+            hang_deaf_to_cancel(step)
         lr = run.scheduler.get_last_lr()[0]
         with precision.autocast(run.model.device):
             metrics, step_tokens = run.step(step, samples_due(step, config.sample_every, steps))
@@ -474,6 +489,14 @@ def train_loop(run: Training, sink: Sink) -> TrainResult:
         if stop:
             return TrainResult(step, metrics, last_checkpoint, True, tokens_seen)
     return TrainResult(step, metrics, last_checkpoint, False, tokens_seen)
+
+
+def hang_deaf_to_cancel(step: int) -> None:
+    """The test-only stuck step (config.debug_hang_at_step): sleeps for ever without asking the sink whether to stop,
+    as a step caught in an endless loop would; only its worker's kill ends it."""
+    logger.warning("debug_hang_at_step: step %s hangs for ever, deaf to a cancel", step)
+    while True:
+        time.sleep(3600)
 
 
 def slowest_process_times(metrics: Mapping[str, float]) -> dict[str, float]:

@@ -6,6 +6,7 @@ names and help texts for its launch form. Only `RewardModelScorer` loads torch, 
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -106,6 +107,8 @@ def check_reward_weights(weights: Mapping[str, float], *, field: str = "rewards"
             raise ValueError(f"{field}: unknown reward function {name!r}; known: {known}")
         if isinstance(weight, bool) or not isinstance(weight, int | float):
             raise ValueError(f"{field}.{name}: weight must be a number, got {weight!r}")
+        if not math.isfinite(weight):
+            raise ValueError(f"{field}.{name}: weight must be a finite number, got {weight!r}")
 
 
 class RewardModelScorer:

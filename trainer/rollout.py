@@ -19,7 +19,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from trainer import distributed
 from trainer.chat import display_text
-from trainer.config import OnlineConfig
+from trainer.config import OnlineConfig, check_data_size
 from trainer.data import DataError, Limits, check_rows, encode_prompt
 from trainer.devices import HOST
 from trainer.evaluation import accuracy_evaluator, format_rate
@@ -28,6 +28,7 @@ from trainer.loop import (
     DataOrder,
     Training,
     TrainResult,
+    generator_seed,
     model_source,
     resume_state_for,
     seed_everything,
@@ -100,7 +101,7 @@ def check_prompt_lengths(
 def sampling_seed(run_seed: int, step: int, round_: int, position: int) -> int:
     """The seed of the completions of the prompt at `position` of a step's (and dynamic sampling round's) batch:
     the same whichever process samples it, so a run draws the same completions on any number of processes."""
-    return ((run_seed * 1_000_003 + step) * 10_007 + round_) * 1_000_033 + position
+    return generator_seed(((run_seed * 1_000_003 + step) * 10_007 + round_) * 1_000_033 + position)
 
 
 def sample_and_score_shared(
@@ -222,6 +223,7 @@ def prepare_online(
     weights, adapter = model_source(config)
     tokenizer = load_tokenizer(config.resume_from or config.model)
     check_prompt_lengths(data, tokenizer, config)
+    check_data_size(config, len(data))  # once the rows are known good, so that a bad row is named first
     precision = run_precision(config, pick_device())
     policy = load_policy(
         weights,

@@ -208,6 +208,9 @@ CACHES = {"default": cache_from_url("CACHE_URL", env_str("CACHE_URL", ""))}
 
 # A run whose heartbeat is older than this is considered dead (its worker was killed) and marked failed.
 PREFLAB_HEARTBEAT_TIMEOUT_S = env_float("PREFLAB_HEARTBEAT_TIMEOUT_S", 60.0, minimum=1.0)
+# A run whose training has not stopped this long after its worker saw the cancel (a stuck step) is killed by the
+# worker and marked canceled, saying so (workers/supervision.py).
+PREFLAB_CANCEL_GRACE_S = env_float("PREFLAB_CANCEL_GRACE_S", 60.0, minimum=1.0)
 # A job queued for longer than this whose message the broker no longer holds is published again (the reconcile).
 PREFLAB_REQUEUE_AFTER_S = env_float("PREFLAB_REQUEUE_AFTER_S", 60.0, minimum=1.0)
 # How often celery beat runs the stale-heartbeat checks and the reconcile of queued jobs with the broker.

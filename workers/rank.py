@@ -1,10 +1,11 @@
-"""One process of a run on many processes: what torchrun starts on each rank, `python -m workers.rank RUN_ID`.
+"""A run's training process, `python -m workers.rank RUN_ID`: what torchrun starts on each rank of a run on many
+processes, and what the gpu worker starts alone, as rank 0 of one, for a run on one process (workers.training.
+run_in_child), so that the worker can end a training that does not answer a cancel (workers.supervision).
 
-The gpu worker claimed the run (queued -> running) and started torchrun (workers.training.run_distributed); each
-rank builds the run's config and data from the database exactly as a single-process run does and calls the
-kind's train function, which joins the process group itself (trainer.distributed.setup). Rank 0 reports through
-a `DatabaseSink` (the trainer's RankSink forwards only its reports and gives every rank its should_stop); the
-other ranks report into a `NullSink`.
+The gpu worker claimed the run (queued -> running) and started this process (or torchrun); each rank builds the
+run's config and data from the database and calls the kind's train function, which joins the process group itself
+(trainer.distributed.setup; nothing to join on one process). Rank 0 reports through a `DatabaseSink` (the trainer's
+RankSink forwards only its reports and gives every rank its should_stop); the other ranks report into a `NullSink`.
 
 Rank 0 records the run's outcome: finished, canceled, or failed with its own error. A rank's exception is
 re-raised so that torchrun stops the others and `record` writes it to the rank's error file, which the worker
@@ -60,6 +61,7 @@ def main() -> None:
 
 def train_rank(*, run_id: int, rank: int) -> None:
     from trainer import distributed
+    from trainer.distributed import launched_world_size
     from trainer.sink import NullSink
     from webapp.experiments import services
     from webapp.experiments.models import Run
@@ -78,8 +80,9 @@ def train_rank(*, run_id: int, rank: int) -> None:
         result = run_train(run, sink)
     except Exception as error:
         sink.close()
-        # "connection closed by peer" only says that another rank died: the worker names that rank and its error
-        if not is_peer_loss(error):
+        # on many processes, "connection closed by peer" only says that another rank died: the worker names that
+        # rank and its error
+        if launched_world_size() == 1 or not is_peer_loss(error):
             run_fail_with(run_id, error)
         raise
     sink.close()

@@ -17,7 +17,7 @@ from trainer.chat import ChatFormatError, TextOrConversation, has_chat_template
 from trainer.generation import GroupSamples, HFGenerationBackend, SamplingParams
 from trainer.models import load_reference, load_tokenizer
 from webapp.annotation import selectors, services
-from webapp.annotation.models import Prompt, Response, SamplingJob
+from webapp.annotation.models import OPTIONAL_SETTINGS, Prompt, Response, SamplingJob
 from workers.heartbeat import Heartbeat
 
 logger = logging.getLogger(__name__)
@@ -70,7 +70,7 @@ def _sample_into_project(job: SamplingJob) -> bool:
     )
     # whether prompts went through the chat template: a text prompt was then sampled as one user turn
     detail = {"model": job.model_path, "sampling_job": job.pk, "chat_template": has_chat_template(tokenizer), **options}
-    batch_size = int(options.get("batch_size", 8))
+    batch_size = int(options.get("batch_size", OPTIONAL_SETTINGS["batch_size"]))
     for start in range(0, len(prompts), batch_size):
         if services.sampling_job_should_stop(job_id=job.pk):
             return False

@@ -1,10 +1,12 @@
 """A run on many processes, started and watched by its gpu worker (workers.training.run_execute hands it over).
 
-`run_distributed` starts torchrun, one `python -m workers.rank RUN_ID` per process, and watches it. Rank 0 reports
-through a `DatabaseSink` and records the run's end; the worker beats for the whole group while it lives (model
-loading included) and, when torchrun fails with the run still running, fails it naming the rank that failed, why,
-and the tail of its log. The logs of every launch stay under the run's output directory, in torchrun/<launch>/.
-No rank outlives the watch: torchrun dies with the worker, the ranks die with torchrun, and any left is killed.
+`run_distributed` starts torchrun, one `python -m workers.rank RUN_ID` per process, and watches it as
+workers.supervision says: it beats for the run while torchrun and every rank it started run (model loading
+included), ends the group once the run has ended or its cancel went unanswered, and when torchrun fails with the run
+still running, fails the run naming the rank that failed, why, and the tail of its log. Rank 0 reports through a
+`DatabaseSink` and records the run's end. The logs of every launch stay under the run's output directory, in
+torchrun/<launch>/. No rank outlives the watch: torchrun dies with the worker, the ranks die with torchrun, and any
+left is killed.
 
 A run on several nodes (num_nodes N): the worker that claimed it is node 0. It holds the rendezvous (a TCP store
 at PREFLAB_NODE_ADDRESS and a free port), records it on the run and publishes N - 1 `run_node_join` messages on
@@ -16,16 +18,12 @@ not join within PREFLAB_NODE_JOIN_TIMEOUT_S fail the run with that reason.
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import json
 import logging
 import os
 import re
 import signal
 import socket
-import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -40,14 +38,12 @@ from trainer.config import BaseConfig, config_from_dict
 from trainer.distributed import torchrun_command
 from webapp.experiments import selectors, services
 from webapp.queueing import QueueUnavailable
-from workers.heartbeat import Heartbeat
+from workers.supervision import RunWatch, is_running, signal_name, start_group, watch
 
 logger = logging.getLogger(__name__)
 
-HEARTBEAT_S = 1.0
 RANK_LOG_TAIL_LINES = 30
 LAUNCHER_LOG_TAIL_LINES = 30
-PR_SET_PDEATHSIG = 1
 # What a rank's error says when it only saw another rank vanish (gloo: the peer's socket closed; NCCL: the
 # communicator aborted): the rank that vanished is the one to name.
 PEER_LOSS = re.compile(
@@ -62,8 +58,6 @@ SUMMARY_ENTRY = re.compile(
 ROOT_CAUSE_HEADING = "Root Cause (first observed failure):"
 # What node 0's torchrun says when the other nodes did not all join in time (the static rendezvous's TCP store).
 JOIN_TIMEOUT = re.compile(r"Timed out after \d+ seconds waiting for clients\. (?P<joined>\d+)/(?P<nodes>\d+) clients joined")
-# Once the run has ended (or was failed by another node), its torchrun gets this long to exit before it is killed.
-STOP_GRACE_S = 15.0
 # A node whose ranks only saw another node's ranks vanish waits this long for that node's worker to say why.
 PEER_FAILURE_GRACE_S = 10.0
 
@@ -159,17 +153,10 @@ def _run_node(*, run_id: int, config: BaseConfig, node: NodePlace | None) -> Non
         processes=config.processes_per_node, launch_dir=launch_dir, entry=["-m", "workers.rank", str(run_id)],
         beat=lambda: services.run_heartbeat(run_id=run_id),
         name=f"run-{run_id}" if node is None else f"run-{run_id}-node-{node.rank}", node=node,
-        ended=lambda: _launch_ended(run_id, node, launch_dir),
+        run=RunWatch(run_id, started=lambda: bool(rank_pids(launch_dir)), several_nodes=node is not None),
     )
     first_rank = 0 if node is None else node.rank * config.processes_per_node
     _record_exit(run_id=run_id, launch_dir=launch_dir, exit_code=exit_code, node=node, first_rank=first_rank)
-
-
-def _launch_ended(run_id: int, node: NodePlace | None, launch_dir: Path) -> bool:
-    """The run has ended (its end recorded by rank 0, another node or the stale check), or was canceled while its
-    nodes were still meeting (no rank started): this launch has nothing left to do."""
-    state = selectors.run_launch_state(run_id=run_id)
-    return not state.running or (node is not None and state.cancel_requested and not rank_pids(launch_dir))
 
 
 def _record_exit(*, run_id: int, launch_dir: Path, exit_code: int, node: NodePlace | None, first_rank: int) -> None:
@@ -225,50 +212,23 @@ def _join_timeout_text(launch_dir: Path, run_id: int) -> str | None:
 
 def torchrun_watch(
     *, processes: int, launch_dir: Path, entry: list[str], beat: Callable[[], Any], name: str,
-    node: NodePlace | None = None, ended: Callable[[], bool] | None = None,
+    node: NodePlace | None = None, run: RunWatch | None = None,
 ) -> int:
     """Run torchrun with `entry` on `processes` ranks (of this node: `node`'s part of a run on several) to its end,
-    calling `beat` every second meanwhile; its exit code. torchrun's own output goes to launch_dir/torchrun.log;
-    no rank outlives this call. Once `ended` says the ranks have nothing left to do, torchrun gets STOP_GRACE_S to
-    exit, then it is killed."""
+    calling `beat` every second while torchrun and the ranks it started run; its exit code. torchrun's own output goes
+    to launch_dir/torchrun.log; no rank outlives this call. With `run`, the group is ended as the run says
+    (workers.supervision: the run ended elsewhere, or its cancel went unanswered)."""
     command = torchrun_command(processes, *entry, log_dir=str(launch_dir),
                                **(node.torchrun_arguments() if node is not None else {}))
     with (launch_dir / "torchrun.log").open("w") as log:
-        process = subprocess.Popen(
-            command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-            preexec_fn=_die_with_this_worker(),
-        )
+        process = start_group(command, stdout=log)
     try:
-        with Heartbeat(beat, every_s=HEARTBEAT_S, name=f"{name}-torchrun-heartbeat"):
-            return _wait(process, ended=ended, name=name, launch_dir=launch_dir)
-    except BaseException:  # the worker is being stopped: the group goes with it
-        _kill_group(process)
-        raise
+        return watch(process, name=f"{name}-torchrun", beat=beat, run=run,
+                     alive=lambda: is_running(process.pid) and all(map(is_running, rank_pids(launch_dir))))
     finally:
         survivors = ranks_left_behind(launch_dir, entry=entry)
         if survivors:
             logger.error("%s: rank processes %s outlived torchrun; killed", name, survivors)
-
-
-def _wait(process: subprocess.Popen, *, ended: Callable[[], bool] | None, name: str, launch_dir: Path) -> int:
-    """torchrun's exit code; killed once `ended` has said so for STOP_GRACE_S (at once if no rank started: it
-    was still waiting for the other nodes, with nothing to finish)."""
-    ended_at = None
-    while True:
-        try:
-            return process.wait(timeout=HEARTBEAT_S)
-        except subprocess.TimeoutExpired:
-            pass
-        if ended is None:
-            continue
-        if not ended():
-            ended_at = None
-            continue
-        ended_at = ended_at or time.monotonic()
-        if not rank_pids(launch_dir) or time.monotonic() - ended_at > STOP_GRACE_S:
-            logger.warning("%s: the run has ended and torchrun still runs: killed", name)
-            _kill_group(process)
-            return process.returncode
 
 
 def _new_launch_dir(output_dir: Path, node: NodePlace | None = None) -> Path:
@@ -277,26 +237,6 @@ def _new_launch_dir(output_dir: Path, node: NodePlace | None = None) -> Path:
     parent.mkdir(parents=True, exist_ok=True)
     prefix = time.strftime("%Y%m%d-%H%M%S-") + ("" if node is None else f"node{node.rank}-")
     return Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
-
-
-def _die_with_this_worker() -> Callable[[], None] | None:
-    """A preexec_fn that makes the kernel SIGKILL torchrun when this worker dies (each rank does the same with
-    torchrun, workers.rank.die_with_parent), so a killed worker never leaves a group training. Linux only; the
-    signal follows the thread that started torchrun, the task's thread, which lives as long as the worker."""
-    if not sys.platform.startswith("linux"):
-        return None
-    prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up before the fork: the child only calls it
-
-    def arm() -> None:
-        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-
-    return arm
-
-
-def _kill_group(process: subprocess.Popen) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
 
 
 def ranks_left_behind(launch_dir: Path, *, entry: list[str]) -> list[int]:
@@ -369,15 +309,8 @@ class RankFailure:
             return f"rank {self.rank} failed"
         if self.exit_code < 0:
             number = -self.exit_code
-            return f"rank {self.rank} was killed by signal {number} ({_signal_name(number)})"
+            return f"rank {self.rank} was killed by signal {number} ({signal_name(number)})"
         return f"rank {self.rank} exited with code {self.exit_code}"
-
-
-def _signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
 
 
 def torchrun_failure_text(launch_dir: Path, *, exit_code: int, first_rank: int = 0) -> str:
@@ -387,15 +320,15 @@ def torchrun_failure_text(launch_dir: Path, *, exit_code: int, first_rank: int =
     culprit = failed_rank(_failures(launch_dir, first_rank=first_rank))
     if culprit is None:
         return (f"torchrun exited with code {exit_code} and named no failed rank; the last lines of its log "
-                f"({launcher_log}):\n" + _tail(_read_text(launcher_log), LAUNCHER_LOG_TAIL_LINES))
+                f"({launcher_log}):\n" + tail_lines(_read_text(launcher_log), LAUNCHER_LOG_TAIL_LINES))
     parts = [culprit.headline()]
     stderr_log = _rank_log(launch_dir, culprit.local_rank, "stderr.log")
-    log_tail = _tail(_read_text(stderr_log), RANK_LOG_TAIL_LINES) if stderr_log is not None else ""
+    log_tail = tail_lines(_read_text(stderr_log), RANK_LOG_TAIL_LINES) if stderr_log is not None else ""
     error = culprit.error
     if log_tail.strip():
         parts.append(f"last lines of rank {culprit.rank}'s stderr ({stderr_log}):\n{log_tail}")
     elif error is not None and error["traceback"]:
-        parts.append(_tail(error["traceback"], RANK_LOG_TAIL_LINES))
+        parts.append(tail_lines(error["traceback"], RANK_LOG_TAIL_LINES))
     return "\n\n".join(parts)
 
 
@@ -459,7 +392,7 @@ def _read_text(path: Path) -> str:
         return ""
 
 
-def _tail(text: str, lines: int) -> str:
+def tail_lines(text: str, lines: int) -> str:
     # a progress bar redraws its line with carriage returns: keep what it showed last; blank lines say nothing
     shown = [line.rstrip("\r").rsplit("\r", 1)[-1] for line in text.split("\n")]
     return "\n".join([line for line in shown if line.strip()][-lines:])

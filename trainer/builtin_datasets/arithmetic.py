@@ -9,6 +9,7 @@ precedence (2 + 2 * 6); 3 = three operations on numbers up to 20.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import random
 from dataclasses import dataclass
@@ -111,6 +112,24 @@ def problems(level: int, split: Split, count: int | None = None, *, seed: int = 
     if len(found) < count:
         raise ValueError(f"could not find {count} distinct level-{level} {split} problems")
     return list(found.values())
+
+
+# The most level-3 training problems a run may ask for: 4.3 million expressions exist, and 100,000 take a second to
+# generate and a few tens of MB in the worker's memory.
+LEVEL_3_TRAIN_MAX = 100_000
+
+
+@functools.cache
+def train_problem_limit(level: int) -> int:
+    """The most training problems of `level` a run may ask for: all there are of levels 1 (85) and 2 (5,225),
+    which `problems` finds, and LEVEL_3_TRAIN_MAX of level 3."""
+    if level == 1:
+        return len(problems(1, "train"))
+    if level == 2:
+        digits = range(1, 10)
+        return sum(split_of(f"{a} {x} {b} {y} {c}") == "train"
+                   for a in digits for x in "+-*" for b in digits for y in "+-*" for c in digits)
+    return LEVEL_3_TRAIN_MAX
 
 
 def sft_rows(level: int, split: Split, count: int | None = None, *, seed: int = 0) -> list[dict]:

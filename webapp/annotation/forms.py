@@ -3,7 +3,7 @@ from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 
 from webapp.annotation.importing import FORMATS
-from webapp.annotation.models import Project
+from webapp.annotation.models import GENERATION_SETTING_BOUNDS, Project
 from webapp.annotation.preferences import STRATEGIES
 from webapp.annotation.services import guidelines_check
 from webapp.experiments.models import ModelRef
@@ -76,6 +76,11 @@ class ImportForm(forms.Form):
         self.fields["file"].help_text += f" At most {limit_text()}."
 
 
+def _setting_field(field_class: type[forms.Field], name: str, **options: object) -> forms.Field:
+    least, most = GENERATION_SETTING_BOUNDS[name]
+    return field_class(min_value=least, max_value=most, **options)
+
+
 class SamplingForm(forms.Form):
     model_path = forms.CharField(
         max_length=500,
@@ -84,11 +89,11 @@ class SamplingForm(forms.Form):
                   "the model roots, or a hub id (org/name).",
         widget=forms.TextInput(attrs={"list": "known-models", "autocomplete": "off"}),
     )
-    responses_per_prompt = forms.IntegerField(min_value=2, max_value=16, initial=4)
-    max_new_tokens = forms.IntegerField(min_value=1, max_value=4096, initial=128)
-    temperature = forms.FloatField(min_value=0.0, max_value=5.0, initial=1.0)
-    top_p = forms.FloatField(min_value=0.01, max_value=1.0, initial=1.0)
-    seed = forms.IntegerField(min_value=0, initial=0)
+    responses_per_prompt = _setting_field(forms.IntegerField, "responses_per_prompt", initial=4)
+    max_new_tokens = _setting_field(forms.IntegerField, "max_new_tokens", initial=128)
+    temperature = _setting_field(forms.FloatField, "temperature", initial=1.0)
+    top_p = _setting_field(forms.FloatField, "top_p", initial=1.0)
+    seed = _setting_field(forms.IntegerField, "seed", initial=0)
 
     @staticmethod
     def known_models() -> list[ModelRef]:

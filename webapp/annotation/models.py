@@ -8,6 +8,7 @@ filters on these columns instead.
 from django.conf import settings
 from django.db import models
 
+from trainer.config import SEED_MAX, TEMPERATURE_MAX
 from webapp.text import counted
 
 
@@ -141,6 +142,23 @@ class PreferencePair(models.Model):
 
     def __str__(self) -> str:
         return f"pair {self.pk}: {self.chosen_id} > {self.rejected_id}"
+
+
+# A sampling job's generation settings (its JSON field) and the least and most each may be: the sampling form's fields
+# and sampling_job_create check them alike, so no value can fail only on the worker. The seed and temperature are
+# bounded as a run's are (trainer.config); 16 responses per prompt and 4,096 new tokens bound a job's work per prompt,
+# and 256 prompts (4,096 sequences) one generation batch's.
+GENERATION_SETTING_BOUNDS: dict[str, tuple[int | float, int | float]] = {
+    "responses_per_prompt": (2, 16),
+    "max_new_tokens": (1, 4096),
+    "temperature": (0.0, TEMPERATURE_MAX),
+    "top_p": (0.01, 1.0),
+    "seed": (0, SEED_MAX),
+    "batch_size": (1, 256),
+}
+WHOLE_NUMBER_SETTINGS = ("responses_per_prompt", "max_new_tokens", "seed", "batch_size")
+# set by a program, not the form: the worker's default when left out (workers/sampling.py)
+OPTIONAL_SETTINGS = {"batch_size": 8}
 
 
 class SamplingJob(models.Model):

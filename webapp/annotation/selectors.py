@@ -379,6 +379,11 @@ def prompts_for_training(*, project_id: int) -> list[dict]:
     ]
 
 
+def training_prompt_count(*, project_id: int) -> int:
+    """How many rows `prompts_for_training` gives."""
+    return Prompt.objects.filter(project_id=project_id).count()
+
+
 def prompts_to_sample(*, project_id: int, responses_per_prompt: int) -> list[Prompt]:
     """A sampling job's prompts: the annotatable ones with fewer than `responses_per_prompt` responses."""
     return list(

@@ -10,11 +10,13 @@ A write the rules refuse raises Django's ValidationError, whose message is shown
 """
 
 import logging
+import math
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
@@ -27,6 +29,9 @@ from django.utils import timezone
 
 from webapp.annotation.importing import IdRepeatedInFile, ImportFileError, ImportRecord, repeated_id
 from webapp.annotation.models import (
+    GENERATION_SETTING_BOUNDS,
+    OPTIONAL_SETTINGS,
+    WHOLE_NUMBER_SETTINGS,
     Assignment,
     ImportJob,
     PreferencePair,
@@ -567,6 +572,21 @@ def model_path_check(path: str) -> str:
     return resolved.path
 
 
+def generation_settings_check(options: Mapping[str, Any]) -> None:
+    """Refuse a sampling job's settings unless each is a number within GENERATION_SETTING_BOUNDS (a whole one where
+    it counts), naming the first one at fault."""
+    for name in options:
+        if name not in GENERATION_SETTING_BOUNDS:
+            raise ValidationError({name: f"is not a generation setting; they are {', '.join(GENERATION_SETTING_BOUNDS)}"})
+    for name, (least, most) in GENERATION_SETTING_BOUNDS.items():
+        value = options.get(name, OPTIONAL_SETTINGS.get(name))
+        whole = name in WHOLE_NUMBER_SETTINGS
+        if isinstance(value, bool) or not isinstance(value, int if whole else int | float):
+            raise ValidationError({name: f"must be {'a whole number' if whole else 'a number'}, got {value!r}"})
+        if not (math.isfinite(value) and least <= value <= most):
+            raise ValidationError({name: f"must be between {least} and {most}, got {value}"})
+
+
 SAMPLING_MESSAGE_KIND = "sampling"
 SamplingStatus = SamplingJob.Status
 _ACTIVE = (SamplingStatus.QUEUED, SamplingStatus.RUNNING)
@@ -576,7 +596,8 @@ def sampling_job_create(
     *, project: Project, model_path: str, generation_settings: dict, created_by: AbstractBaseUser
 ) -> SamplingJob:
     """Store the job and queue it once committed; a job the broker cannot take is removed and QueueUnavailable
-    (a ValidationError) says why."""
+    (a ValidationError) says why. Settings out of their bounds are a ValidationError naming the setting."""
+    generation_settings_check(generation_settings)
     path = model_path_check(model_path)
     with transaction.atomic():
         job = SamplingJob.objects.create(project=project, model_path=path, generation_settings=generation_settings,

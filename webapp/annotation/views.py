@@ -3,6 +3,7 @@
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from urllib.parse import urlencode
 
 from django.contrib import messages
@@ -353,6 +354,7 @@ def import_job_status(request: HttpRequest, job_id: int) -> HttpResponse:
 def sampling_create(request: HttpRequest, project_id: int) -> HttpResponse:
     project = get_object_or_404(Project, pk=project_id)
     form = SamplingForm(request.POST)
+    status = 200
     if form.is_valid():
         options = dict(form.cleaned_data)
         try:
@@ -361,11 +363,14 @@ def sampling_create(request: HttpRequest, project_id: int) -> HttpResponse:
         except QueueUnavailable as error:
             form.add_error(None, error.messages)
         except ValidationError as error:
-            form.add_error("model_path", error.messages)
+            form.add_error(None if hasattr(error, "error_dict") else "model_path", error)
+            status = HTTPStatus.UNPROCESSABLE_ENTITY
+    else:
+        status = HTTPStatus.UNPROCESSABLE_ENTITY
     context = {**_detail_context(project), "sampling_form": form}
     if request.htmx:
-        return render(request, "annotation/project_detail.html#sampling", context)
-    return render(request, "annotation/project_detail.html", context)
+        return render(request, "annotation/project_detail.html#sampling", context, status=status)
+    return render(request, "annotation/project_detail.html", context, status=status)
 
 
 @researcher_required

@@ -31,8 +31,12 @@ def data_source_check(kind: str, source: Mapping[str, Any]) -> None:
         level, size = source.get("level"), source.get("size")
         if level not in (1, 2, 3):
             raise ValidationError({"level": f"must be 1, 2 or 3, got {level!r}"})
-        if not isinstance(size, int) or size < 1:
+        if not isinstance(size, int) or isinstance(size, bool) or size < 1:
             raise ValidationError({"size": f"must be a positive number of problems, got {size!r}"})
+        limit = arithmetic.train_problem_limit(level)
+        if size > limit:
+            raise ValidationError({"size": f"must be at most {limit} at level {level} ({_level_limit_reason(level)}), "
+                                           f"got {size}"})
     elif source_type == "project_pairs" and run_kind(kind).online:
         raise ValidationError({"data_source": f"{kind} trains on prompts: choose a project's prompts"})
     elif source_type == "project_prompts" and not run_kind(kind).online:
@@ -41,6 +45,25 @@ def data_source_check(kind: str, source: Mapping[str, Any]) -> None:
         raise ValidationError({"upload": "the uploaded file is missing; upload it again"})
     if source_type.startswith("project_") and not isinstance(source.get("project_id"), int):
         raise ValidationError({"project": "choose a project"})
+
+
+def _level_limit_reason(level: int) -> str:
+    if level == 3:
+        return "a sample of its millions of problems, generated on the worker"
+    return "all the training problems the level holds"
+
+
+def data_source_rows(kind: str, source: Mapping[str, Any]) -> int | None:
+    """How many training rows a checked data source gives a run of `kind` now (what its batch size is bounded by), or
+    None where that is not known (an upload stored before its rows were counted)."""
+    source_type = source["type"]
+    if source_type == "arithmetic":
+        return min(source["size"], arithmetic.train_problem_limit(source["level"]))
+    if source_type == "upload":
+        return source.get("rows")
+    if source_type == "project_prompts":
+        return annotation_selectors.training_prompt_count(project_id=source["project_id"])
+    return annotation_selectors.pair_count(project_id=source["project_id"])
 
 
 def _arithmetic_rows(kind: str, level: int, split: str, count: int) -> list[dict]:

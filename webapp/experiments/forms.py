@@ -197,8 +197,12 @@ class LaunchForm(forms.Form):
             return {"type": source, "project_id": self.cleaned_data.get("project")}
         return {"type": "upload"}
 
+    # set when the job queue could not take the launch: the form itself was fine
+    queue_unavailable = False
+
     def add_service_errors(self, error: ValidationError) -> None:
         if not hasattr(error, "error_dict"):  # about the launch as a whole (e.g. the job queue is unreachable)
+            self.queue_unavailable = getattr(error, "code", None) == "queue_unavailable"
             self.add_error(None, error.messages)
             return
         for field, messages in error.message_dict.items():

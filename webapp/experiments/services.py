@@ -28,14 +28,14 @@ from django.db.models import Q
 from django.utils import timezone
 
 from trainer.chat import ChatFormatError, normalize_record
-from trainer.config import ConfigError, config_from_dict, config_to_dict
+from trainer.config import ConfigError, check_data_size, config_from_dict, config_to_dict
 from trainer.jsonl import JsonlError, numbered_jsonl_lines, text_lines
 from trainer.kinds import KINDS, run_kind
 from trainer.model_names import is_hub_id, looks_local
 from trainer.sink import decode_json_value, encode_json_value
 from webapp.experiments import selectors
 from webapp.experiments.alerts import AlertThresholds, alerts_for
-from webapp.experiments.data_sources import data_source_check
+from webapp.experiments.data_sources import data_source_check, data_source_rows
 from webapp.experiments.models import (
     EXTERNAL_KIND,
     MODEL_FIELDS,
@@ -333,6 +333,21 @@ def _validated_config(kind: str, config: Mapping[str, Any], output_dir: str) -> 
     return config_to_dict(validated)
 
 
+def _data_size_check(kind: str, config: dict[str, Any], data_source: Mapping[str, Any]) -> None:
+    """The config's bounds that follow from the data's size (trainer.config.check_data_size): the batch, and the steps
+    of `epochs` passes. The trainer checks them again when it reads the data, which may have changed meanwhile."""
+    rows = data_source_rows(kind, data_source)
+    if rows is None:
+        return
+    if rows == 0:
+        rows_are = "prompts" if run_kind(kind).online else "preference pairs"
+        raise ValidationError({"project": f"the project has no {rows_are} to train on yet"})
+    try:
+        check_data_size(config_from_dict(kind, config), rows)
+    except ConfigError as error:
+        raise ValidationError({error.field: error.message}) from None
+
+
 def _queue(run: Run, *, on_failure: Callable[[str], None]) -> None:
     """Mark the run queued now and publish its message once committed; on_failure undoes the launch if the broker
     cannot be reached (QueueUnavailable then reaches the caller)."""
@@ -370,9 +385,11 @@ def run_create(
     name: str = "",
     parent: Run | None = None,
 ) -> Run:
-    """Validate the config with the trainer's dataclass, store the run and queue it once committed."""
-    _validated_config(kind, config, str(settings.RUNS_DIR / "new"))
+    """Validate the config with the trainer's dataclass and against its data, store the run and queue it once
+    committed."""
+    checked = _validated_config(kind, config, str(settings.RUNS_DIR / "new"))
     data_source_check(kind, data_source)
+    _data_size_check(kind, checked, data_source)
     run = Run.objects.create(
         name=name.strip() or f"{kind} run", kind=kind, config={}, data_source=dict(data_source),
         created_by=created_by, parent=parent,
@@ -411,6 +428,15 @@ def run_cancel(*, run_id: int) -> None:
     if _transition(run_id, Status.CANCELED, only_from=Status.QUEUED, finished_at=timezone.now(), cancel_requested=True):
         return
     Run.objects.filter(pk=run_id, status=Status.RUNNING).update(cancel_requested=True)
+
+
+def run_cancel_unanswered(*, run_id: int, reason: str) -> bool:
+    """A running run whose training did not answer its cancel, and whose worker killed it: canceled with `reason` as
+    its error text; False (and nothing written) if the run is no longer running."""
+    if not Run.objects.filter(pk=run_id, cancel_requested=True).exists():
+        return False
+    return _transition(run_id, Status.CANCELED, only_from=Status.RUNNING, finished_at=timezone.now(),
+                       error=storable_text(reason))
 
 
 def run_fail(*, run_id: int, error: str, alert: str | None = None) -> bool:

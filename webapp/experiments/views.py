@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from http import HTTPStatus
 from urllib.parse import urlencode
 
 from django.contrib import messages
@@ -89,6 +90,7 @@ def run_launch(request: HttpRequest) -> HttpResponse:
     kind = request.GET.get("kind") or (parent.kind if parent else kinds[0])
     if kind not in kinds:
         raise Http404(f"unknown run kind {kind!r}")
+    status = 200
     presets = selectors.launch_presets(kind, parent)
     preset = request.GET.get("preset", "")
     try:
@@ -102,6 +104,10 @@ def run_launch(request: HttpRequest) -> HttpResponse:
             # run_detail.js drops this message once the run's status is no longer "queued"
             messages.success(request, f"Run #{run.pk} queued.", extra_tags="run-queued")
             return redirect("experiments:run_detail", run_id=run.pk)
+        # refused for what it holds: shown again with the errors on their fields, a 422 as the API answers; a launch
+        # the queue could not take is shown with the reason (nothing in the form was wrong)
+        if not form.queue_unavailable:
+            status = HTTPStatus.UNPROCESSABLE_ENTITY
     else:
         initial = {"name": f"{parent.name} (fork)"} if parent else {}
         if parent and parent.data_source.get("type") == "arithmetic":
@@ -109,7 +115,7 @@ def run_launch(request: HttpRequest) -> HttpResponse:
         form = LaunchForm(kind=kind, initial_config=initial_config, initial=initial)
     context = {"form": form, "kind": kind, "kinds": kinds, "parent": parent, "preset": preset,
                "presets": presets, "has_models": ModelRef.objects.exists()}
-    return render(request, "experiments/run_launch.html", context)
+    return render(request, "experiments/run_launch.html", context, status=status)
 
 
 def _launch(request: HttpRequest, form: LaunchForm, parent: Run | None) -> Run | None:

@@ -34,7 +34,7 @@ def test_launch_form_creates_a_run_and_shows_errors_inline(researcher_client, ti
             "batch_size": "4", "grad_accum_steps": "1", "max_length": "64", "max_prompt_length": "16",
             "lr_scheduler": "linear", "lora_target_modules": "all-linear", "max_steps": "3"}
     response = researcher_client.post("/runs/new?kind=reward_model", {**form, "grad_accum_steps": "3"})
-    assert response.status_code == 200
+    assert response.status_code == 422
     assert "is not divisible by grad_accum_steps=3" in response.content.decode()
     assert not Run.objects.exists()
     response = researcher_client.post("/runs/new?kind=reward_model", form)
@@ -129,7 +129,7 @@ def test_a_launch_refused_after_its_upload_was_read_leaves_no_file_behind(resear
     response = researcher_client.post("/runs/new?kind=reward_model", {
         "data_source": "upload", "upload": upload, "model": tiny_model.path, "lr_scheduler": "linear",
         "lora_target_modules": "all-linear", "lr": "-1"})  # refused by the trainer's config, after the upload was read
-    assert response.status_code == 200 and "must be &gt; 0, got -1" in response.content.decode()
+    assert response.status_code == 422 and "must be &gt; 0, got -1" in response.content.decode()
     assert not Run.objects.exists()
     after = set(uploads.iterdir()) if uploads.exists() else set()
     assert after == before, after - before
@@ -145,7 +145,7 @@ def test_the_form_asks_for_nodes_and_the_run_page_says_how_many_processes_on_how
               "batch_size": "4", "grad_accum_steps": "1", "max_length": "64", "max_prompt_length": "16",
               "lr_scheduler": "linear", "lora_target_modules": "all-linear", "max_steps": "3", "parallelism": "ddp"}
     refused = researcher_client.post("/runs/new?kind=reward_model", {**posted, "num_processes": "3", "num_nodes": "2"})
-    assert refused.status_code == 200 and not Run.objects.exists()
+    assert refused.status_code == 422 and not Run.objects.exists()
     assert refused.context["form"].errors["num_nodes"] == [
         "num_processes=3 does not split evenly over num_nodes=2: every node runs the same number of processes, so "
         "num_processes (the total over all nodes) must be a multiple of 2"]
