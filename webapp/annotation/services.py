@@ -40,7 +40,7 @@ from webapp.annotation.preferences import pairs_from_tiers, tiers_without
 from webapp.annotation.selectors import blank_response_ids, responses_shown
 from webapp.experiments.models import ModelRef
 from webapp.experiments.services import model_resolve
-from webapp.queueing import publish_on_commit, requeue_lost
+from webapp.queueing import publish_before_commit, publish_on_commit, requeue_lost
 from webapp.text import counted, storable_text
 from webapp.uploads import upload_keep
 
@@ -642,7 +642,10 @@ def sampling_job_cancel(*, job_id: int) -> None:
 
 def sampling_job_resume(*, job_id: int) -> None:
     """Queue a failed or canceled job again: it fills only the prompts still short of responses, so nothing is
-    sampled twice. QueueUnavailable (a ValidationError) if the broker cannot take it; the job then stays failed."""
+    sampled twice. QueueUnavailable (a ValidationError) if the broker cannot take it; the job then stays as it was
+    (failed or canceled, with its error)."""
+    from workers.tasks import sample_responses as sample_responses_task
+
     with transaction.atomic():
         resumed = SamplingJob.objects.filter(
             pk=job_id, status__in=(SamplingStatus.FAILED, SamplingStatus.CANCELED)
@@ -650,8 +653,7 @@ def sampling_job_resume(*, job_id: int) -> None:
                  heartbeat_at=None, queued_at=timezone.now())
         if not resumed:
             raise ValidationError(f"sampling job {job_id} is not failed or canceled; only those can be resumed")
-        _sampling_job_publish(job_id, on_failure=lambda reason: sampling_job_fail(
-            job_id=job_id, error=f"could not be queued: {reason}"))
+        publish_before_commit(sample_responses_task, kind=SAMPLING_MESSAGE_KIND, object_id=job_id)
 
 
 def sampling_jobs_fail_stale(*, now: datetime | None = None) -> list[int]:

@@ -389,15 +389,18 @@ def sampling_job_resume(request: HttpRequest, job_id: int) -> HttpResponse:
     try:
         services.sampling_job_resume(job_id=job.pk)
     except ValidationError as error:
-        messages.error(request, " ".join(error.messages))
+        return _sampling_job_answer(request, job, refusal=" ".join(error.messages))
     return _sampling_job_answer(request, job)
 
 
-def _sampling_job_answer(request: HttpRequest, job: SamplingJob) -> HttpResponse:
-    """htmx swaps the job's line in place (with any error said on it); a plain form post returns to the project."""
+def _sampling_job_answer(request: HttpRequest, job: SamplingJob, *, refusal: str = "") -> HttpResponse:
+    """htmx swaps the job's line in place (with any error, and the refusal, said on it); a plain form post returns
+    to the project, where the refusal is a message."""
     if request.htmx:
         job.refresh_from_db()
-        return render(request, "annotation/project_detail.html#job", {"job": job})
+        return render(request, "annotation/project_detail.html#job", {"job": job, "refusal": refusal})
+    if refusal:
+        messages.error(request, refusal)
     return redirect("annotation:project_detail", project_id=job.project_id)
 
 

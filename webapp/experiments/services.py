@@ -45,7 +45,7 @@ from webapp.experiments.models import (
     Sample,
     SampleBatch,
 )
-from webapp.queueing import publish_on_commit, requeue_lost
+from webapp.queueing import publish_before_commit, publish_on_commit, requeue_lost
 from webapp.text import storable_text, typed_text_problem
 from webapp.uploads import upload_keep
 
@@ -333,13 +333,18 @@ def _queue(run: Run, *, on_failure: Callable[[str], None]) -> None:
     publish_on_commit(run_training_task, kind=RUN_MESSAGE_KIND, object_id=run.pk, on_failure=on_failure)
 
 
+def _queue_before_commit(run: Run) -> None:
+    """Mark the run queued now and publish its message before the caller's transaction commits: a broker that
+    cannot be reached undoes it all (QueueUnavailable reaches the caller), so a resumed run stays as it was."""
+    from workers.tasks import run_training as run_training_task
+
+    Run.objects.filter(pk=run.pk).update(queued_at=timezone.now())
+    publish_before_commit(run_training_task, kind=RUN_MESSAGE_KIND, object_id=run.pk)
+
+
 def _forget_unqueued_run(run_id: int) -> Callable[[str], None]:
     """A new run that could not be queued is removed: the user is told, and no 'queued' row waits for ever."""
     return lambda reason: Run.objects.filter(pk=run_id, status=Status.QUEUED).delete()
-
-
-def _fail_unqueued_run(run_id: int) -> Callable[[str], None]:
-    return lambda reason: run_fail(run_id=run_id, error=f"could not be queued: {reason}")
 
 
 def runs_requeue_lost(*, message_ids: set[str], now: datetime | None = None) -> list[int]:
@@ -435,7 +440,8 @@ def runs_fail_stale(*, now: datetime | None = None) -> list[int]:
 
 @transaction.atomic
 def run_resume(*, run_id: int, checkpoint_id: int, remove_later: bool = False) -> Run:
-    """Continue a finished run from one of its checkpoints: later rows are rewound, the step axis continues.
+    """Continue a finished run from one of its checkpoints: later rows are rewound, the step axis continues. If
+    the broker cannot be reached nothing changes (QueueUnavailable): its status, rows and checkpoints stay.
 
     The run's checkpoints after the chosen one belong to the abandoned branch: they are removed (rows and
     directories) only when `remove_later` confirms it, and never while another run uses one as a model."""
@@ -470,7 +476,7 @@ def run_resume(*, run_id: int, checkpoint_id: int, remove_later: bool = False) -
         checkpoint_path=checkpoint.path,
         alerts=[alert for alert in run.alerts if alert.get("step", 0) <= checkpoint.step and alert["kind"] != "stale_heartbeat"],
     )
-    _queue(run, on_failure=_fail_unqueued_run(run.pk))
+    _queue_before_commit(run)
     run.refresh_from_db()
     return run
 
