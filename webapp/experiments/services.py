@@ -15,7 +15,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,8 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
 from django.core.files.uploadedfile import UploadedFile
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import F, Q
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from trainer.chat import ChatFormatError, normalize_record
@@ -41,6 +42,7 @@ from webapp.experiments.models import (
     MODEL_FIELDS,
     MetricRow,
     ModelRef,
+    PeriodicJobClaim,
     Run,
     Sample,
     SampleBatch,
@@ -982,3 +984,22 @@ def external_run_finish(*, run_id: int, status: str, error: str = "") -> Run:
         _transition(run.pk, status, only_from=Status.RUNNING, finished_at=timezone.now(), error=storable_text(error))
     run.refresh_from_db()
     return run
+
+
+# --- periodic jobs ---------------------------------------------------------------------------------------
+
+# A tick this fraction of a period or less after the last act is another beat's, and does nothing. Above one half,
+# so two beats ticking at any phase act once per period between them; a quarter of a period is left for a tick's
+# delivery to run late.
+PERIODIC_CLAIM_FRACTION = 0.75
+_NEVER = datetime(2000, 1, 1, tzinfo=UTC)
+
+
+def periodic_job_claim(*, name: str, every_s: float) -> bool:
+    """Whether this tick of the periodic job `name` should act: True (and the act recorded) unless the job acted
+    less than PERIODIC_CLAIM_FRACTION of `every_s` ago. One conditional UPDATE, by the database's clock: of two beats
+    ticking at once, exactly one gets it (Postgres re-checks the condition on the row the other one updated; SQLite
+    has one writer)."""
+    PeriodicJobClaim.objects.get_or_create(name=name, defaults={"acted_at": _NEVER})
+    due = Now() - timedelta(seconds=every_s * PERIODIC_CLAIM_FRACTION)
+    return bool(PeriodicJobClaim.objects.filter(name=name, acted_at__lte=due).update(acted_at=Now(), acts=F("acts") + 1))
