@@ -69,9 +69,12 @@ def project_create(
     annotators_per_item: int = 1,
     lease_minutes: int = 30,
     members: Sequence[AbstractBaseUser] = (),
+    owner: AbstractBaseUser | None = None,
 ) -> Project:
+    """`owner`: who creates it (reaches it without being a member; selectors.projects_visible_to)."""
     project = Project.objects.create(
         name=name,
+        owner=owner,
         mode=mode,
         guidelines=guidelines,
         responses_per_item=responses_per_item,
@@ -546,11 +549,11 @@ def preference_pairs_rebuild(*, project: Project) -> int:
 # Sampling ---------------------------------------------------------------------------------------------------
 
 
-def model_path_check(path: str) -> str:
+def model_path_check(path: str, *, user: AbstractBaseUser | None = None) -> str:
     """The path to sample from: a causal LM named as the experiments' one resolver accepts (a registered model
-    or checkpoint by name or path, a directory under the model roots, a hub id)."""
+    or checkpoint by name or path, as `user` sees them; a directory under the model roots, a hub id)."""
     try:
-        resolved = model_resolve(path)
+        resolved = model_resolve(path, user=user)
     except ValidationError as error:
         raise ValidationError(f"model: {' '.join(error.messages)}") from None
     if resolved.architecture == ModelRef.Architecture.CLASSIFIER:
@@ -569,7 +572,7 @@ def sampling_job_create(
 ) -> SamplingJob:
     """Store the job and queue it once committed; a job the broker cannot take is removed and QueueUnavailable
     (a ValidationError) says why."""
-    path = model_path_check(model_path)
+    path = model_path_check(model_path, user=created_by)
     with transaction.atomic():
         job = SamplingJob.objects.create(project=project, model_path=path, generation_settings=generation_settings,
                                          created_by=created_by, queued_at=timezone.now())

@@ -153,13 +153,14 @@ def _resolved_directory(directory: Path) -> ResolvedModel:
     return ResolvedModel(str(directory), ModelRef.Source.LOCAL, architecture_of_directory(directory))
 
 
-def model_resolve(text: str) -> ResolvedModel:
+def model_resolve(text: str, *, user: AbstractBaseUser | None = None) -> ResolvedModel:
     """The one way a model is named (registration, the launch form's model fields, sampling). Writes nothing.
 
     Accepted, in this order: a registered ModelRef by path or name (base models and the checkpoints runs
     wrote), a directory under PREFLAB_MODEL_ROOTS holding config.json, a hub id org/name. Paths are resolved
     first, so a `..` cannot leave a root; anything else raises ValidationError saying what was given and what
-    is accepted."""
+    is accepted. With `user`, a checkpoint of a run they do not see (selectors.models_visible_to) is refused as
+    an unknown model."""
     value = text.strip()
     if not value:
         raise ValidationError(f"no model given; give {_accepted_models()}")
@@ -169,6 +170,9 @@ def model_resolve(text: str) -> ResolvedModel:
     except RuntimeError:  # ~name of a user this machine does not have
         raise ValidationError(f"{value!r} names the home of no user here; give {_accepted_models()}") from None
     registered = ModelRef.objects.filter(path=key).first() or _registered_named(value)
+    if registered is not None and user is not None and not (
+            selectors.models_visible_to(user).filter(pk=registered.pk).exists()):
+        raise ValidationError(f"{value!r} is not a known model; give {_accepted_models()}")
     if registered is not None:
         return _resolved_registered(registered)
     if local:
@@ -182,14 +186,15 @@ def _free_name(preferred: str, path: str) -> str:
     return path if ModelRef.objects.filter(name=preferred).exclude(path=path).exists() else preferred
 
 
-def model_register(*, path: str, name: str = "") -> ModelRef:
-    """Register a model named as `model_resolve` accepts; registering a registered one returns its row."""
+def model_register(*, path: str, name: str = "", user: AbstractBaseUser | None = None) -> ModelRef:
+    """Register a model named as `model_resolve` accepts (as `user` sees them); registering a registered one
+    returns its row."""
     for field, value in (("path", path), ("name", name)):
         problem = typed_text_problem(value, max_length=ModelRef._meta.get_field(field).max_length or 1000)
         if problem:
             raise ValidationError({field: f"the {field} {problem}"})
     try:
-        resolved = model_resolve(path)
+        resolved = model_resolve(path, user=user)
     except ValidationError as error:
         raise ValidationError({"path": error.messages}) from None
     if resolved.registered is not None:
@@ -369,6 +374,7 @@ def run_create(
     parent: Run | None = None,
 ) -> Run:
     """Validate the config with the trainer's dataclass, store the run and queue it once committed."""
+    _models_check(config, user=created_by)
     _validated_config(kind, config, str(settings.RUNS_DIR / "new"))
     data_source_check(kind, data_source)
     run = Run.objects.create(
@@ -381,6 +387,19 @@ def run_create(
     run.save(update_fields=["config"])
     _queue(run, on_failure=_forget_unqueued_run(run.pk))
     return run
+
+
+def _models_check(config: Mapping[str, Any], *, user: AbstractBaseUser | None) -> None:
+    """A run's models are models its launcher sees: another team's checkpoint is refused as an unknown model."""
+    if user is None:
+        return
+    for field in MODEL_FIELDS:
+        value = config.get(field)
+        if isinstance(value, str) and value.strip():
+            try:
+                model_resolve(value, user=user)
+            except ValidationError as error:
+                raise ValidationError({field: error.messages}) from None
 
 
 def _set_aside_stale_output(output_dir: Path) -> None:
@@ -654,15 +673,15 @@ def run_launch(
     if data_source.get("type") == "upload":
         raise ValidationError({"data_source": "an uploaded file is given through the launch form; here, choose "
                                               "arithmetic or a project's pairs or prompts"})
-    _project_check(data_source)
+    _project_check(data_source, user=created_by)
     return run_create(kind=kind, config=config, data_source=data_source, created_by=created_by, name=name)
 
 
-def _project_check(data_source: Mapping[str, Any]) -> None:
-    """The form offers existing projects only."""
+def _project_check(data_source: Mapping[str, Any], *, user: AbstractBaseUser | None) -> None:
+    """The form offers the projects its user reaches only; another is refused as one that does not exist."""
     project_id = data_source.get("project_id")
     is_project = str(data_source.get("type", "")).startswith("project_") and isinstance(project_id, int)
-    if is_project and selectors.project_name(project_id) is None:
+    if is_project and not selectors.project_reachable(project_id, user=user):
         raise ValidationError({"project": f"there is no project {project_id}"})
 
 
@@ -683,6 +702,7 @@ def run_fork(
                                        "be forked here"})
     _name_check(name)
     _refuse_fields_the_form_hides(parent.kind, config or {})
+    _project_check(parent.data_source, user=created_by)
     inherited = {key: value for key, value in parent.config.items() if key not in SERVICE_FIELDS}
     return run_create(kind=parent.kind, config={**inherited, **(config or {})}, data_source=parent.data_source,
                       created_by=created_by, name=name.strip() or f"{parent.name} (fork)", parent=parent)
@@ -849,7 +869,7 @@ def external_run_create(
         _whole_number_field("total_steps", total_steps, minimum=1, maximum=STEP_MAX)
     data_source: dict[str, Any] = {"type": EXTERNAL_KIND}
     if project_id is not None:
-        if not isinstance(project_id, int) or selectors.project_name(project_id) is None:
+        if not isinstance(project_id, int) or not selectors.project_reachable(project_id, user=created_by):
             raise ValidationError({"project_id": f"there is no project {_shown(project_id)}"})
         data_source["project_id"] = project_id
     now = timezone.now()
