@@ -111,8 +111,8 @@ def _worker_env(broker: PrivateRedis, model_dir: Path, **extra: str) -> dict[str
             "PREFLAB_MODEL_ROOTS": str(Path(model_dir).parent), "OMP_NUM_THREADS": "1", **extra}
 
 
-def _project_with_prompts(count: int):
-    project = annotation_services.project_create(name=f"{count} prompts", responses_per_item=2)
+def _project_with_prompts(count: int, owner=None):
+    project = annotation_services.project_create(name=f"{count} prompts", responses_per_item=2, owner=owner)
     records = [ImportRecord(line=i + 1, external_id=f"p{i}", text=f"Calculate {i} + 2\n") for i in range(count)]
     annotation_services.prompts_import(project=project, records=records)
     return project
@@ -159,7 +159,7 @@ def test_a_launch_while_the_broker_is_down_is_refused_clearly_and_leaves_no_row(
 ):
     settings.MODEL_ROOTS = tiny_model_roots(tiny_model_dir)
     model = register_tiny_model(tiny_model_dir)
-    project = _project_with_prompts(2)
+    project = _project_with_prompts(2, owner=researcher)
     failed_job = SamplingJob.objects.create(project=project, model_path=model.path, generation_settings=SAMPLING,
                                             status=SamplingJob.Status.FAILED, error="worker lost")
     private_broker.stop()
@@ -204,7 +204,7 @@ def test_a_resume_while_the_broker_is_down_changes_nothing_and_says_why(
     Run.objects.filter(pk=run.pk).update(status=Run.Status.CANCELED, error="")
     queued_at = Run.objects.get(pk=run.pk).queued_at
     checkpoints = {model.step: Path(model.path) for model in ModelRef.objects.filter(run=run)}
-    project = _project_with_prompts(2)
+    project = _project_with_prompts(2, owner=researcher)
     jobs = {status: SamplingJob.objects.create(project=project, model_path=model.path, generation_settings=SAMPLING,
                                                status=status, error="worker lost" if status == "failed" else "")
             for status in (SamplingJob.Status.CANCELED, SamplingJob.Status.FAILED)}
@@ -246,7 +246,7 @@ def test_a_sampling_job_whose_worker_is_killed_fails_with_the_reason_and_resumes
     settings.MODEL_ROOTS = tiny_model_roots(tiny_model_dir)
     model = register_tiny_model(tiny_model_dir)
     prompts = 300
-    project = _project_with_prompts(prompts)
+    project = _project_with_prompts(prompts, owner=researcher)
     env = {"PREFLAB_MODEL_ROOTS": str(Path(tiny_model_dir).parent), "OMP_NUM_THREADS": "1"}
     worker = celery_worker_factory(queues=("gpu",), **env)
     job = annotation_services.sampling_job_create(project=project, model_path=model.path, created_by=researcher,
