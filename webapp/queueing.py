@@ -74,7 +74,7 @@ def publish(task: Task, *, kind: str, object_id: int, args: Sequence[int | str] 
                          retry_policy=PUBLISH_RETRY_POLICY)
     except (KombuError, OSError) as error:
         raise QueueUnavailable(
-            f"the job queue ({broker_location()}) could not be reached: {error}. Nothing was queued; "
+            f"the job queue ({broker_location()}) could not be reached: {str(error).rstrip('.')}. Nothing was queued; "
             "try again when the broker is back"
         ) from error
     return task_id
@@ -91,10 +91,19 @@ def publish_on_commit(
         try:
             publish(task, kind=kind, object_id=object_id, args=args)
         except QueueUnavailable as error:
-            on_failure(str(error))
+            on_failure(" ".join(error.messages))  # str() of a ValidationError would be a list's repr
             raise
 
     transaction.on_commit(send)
+
+
+def publish_before_commit(task: Task, *, kind: str, object_id: int) -> None:
+    """Publish inside the caller's transaction, which has written (and so locked) the row: a broker that cannot be
+    reached raises QueueUnavailable and rolls back every change, so the row stays as it was. A worker handed the
+    message meanwhile waits on that lock to claim the row, so it finds the committed state."""
+    if not transaction.get_connection().in_atomic_block:
+        raise RuntimeError("publish_before_commit needs the transaction that changed the row")
+    publish(task, kind=kind, object_id=object_id)
 
 
 # --- what the broker holds -------------------------------------------------------------------------------

@@ -6,8 +6,11 @@ listens on `gpu` with `--concurrency 1` and a pool that does not fork after CUDA
 
 import os
 
-from celery import Celery
+from billiard.process import current_process
+from celery import Celery, signals
 from kombu import Queue
+
+from workers.parent_death import die_with_parent
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
 
@@ -38,3 +41,11 @@ app.conf.update(
     # file, not to `make run`'s terminal.
     worker_redirect_stdouts_level="INFO",
 )
+
+
+@signals.beat_embedded_init.connect
+def _embedded_beat_dies_with_its_worker(**_: object) -> None:
+    """`celery worker -B` forks its beat: a worker SIGKILLed must take its beat along, or the orphan goes on
+    scheduling the reconcile beside the restarted worker's beat. (Two beats at once act once per period all the
+    same: webapp.jobs.jobs_reconcile_once_per_period.)"""
+    die_with_parent(parent_pid=getattr(current_process(), "_parent_pid", None))

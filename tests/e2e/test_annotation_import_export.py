@@ -22,7 +22,7 @@ ROWS = [
 def test_import_watch_progress_and_export(page, live_server, researcher, tmp_path, celery_worker_factory):
     celery_worker_factory(queues=("default",))  # the import is a job on the default queue
     (annotator,) = make_annotators(1)
-    project = services.project_create(name="Quiz", responses_per_item=3, members=[annotator])
+    project = services.project_create(name="Quiz", responses_per_item=3, members=[annotator], owner=researcher)
     upload = tmp_path / "quiz.jsonl"
     upload.write_text("\n".join(json.dumps(row) for row in ROWS))
 

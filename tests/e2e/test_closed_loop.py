@@ -35,7 +35,7 @@ def test_a_checkpoint_picked_by_name_samples_into_a_project_and_starts_the_next_
     assert checkpoint.architecture == ModelRef.Architecture.CAUSAL_LM
 
     # 2. picked by name in the project's sampling form, it samples responses on the worker
-    project = annotation_services.project_create(name="loop project", responses_per_item=2)
+    project = annotation_services.project_create(name="loop project", responses_per_item=2, owner=researcher)
     annotation_services.prompts_import(project=project, records=[
         ImportRecord(line=i, external_id=f"p{i}", text=problem.prompt)
         for i, problem in enumerate(arithmetic.problems(1, "test", PROMPTS))])

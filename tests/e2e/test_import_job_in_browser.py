@@ -41,7 +41,7 @@ def test_an_upload_is_imported_by_a_worker_while_the_page_follows_it(
     page, live_server, researcher, celery_worker_factory, tmp_path
 ):
     celery_worker_factory(queues=("default",))
-    project = services.project_create(name="Big import", responses_per_item=2)
+    project = services.project_create(name="Big import", responses_per_item=2, owner=researcher)
     upload = _rows_file(tmp_path / "questions.jsonl")
 
     log_in(page, live_server, "rita", "rita-password-1")
@@ -69,7 +69,7 @@ def test_a_bad_file_is_shown_failed_naming_line_and_field(
     page, live_server, researcher, celery_worker_factory, tmp_path
 ):
     celery_worker_factory(queues=("default",))
-    project = services.project_create(name="Bad import", responses_per_item=2)
+    project = services.project_create(name="Bad import", responses_per_item=2, owner=researcher)
     upload = tmp_path / "bad.jsonl"
     upload.write_text('{"prompt": "fine"}\n{"prompt": "also fine", "responses": ["a", 7]}\n')
 

@@ -32,7 +32,7 @@ def test_the_project_page_counts_empty_responses_and_explains_imported_pairs(
     page, live_server, researcher, tmp_path, celery_worker_factory
 ):
     celery_worker_factory(queues=("default",))  # the import is a job on the default queue
-    project = services.project_create(name="Mixed", responses_per_item=2)
+    project = services.project_create(name="Mixed", responses_per_item=2, owner=researcher)
     upload = tmp_path / "mixed.jsonl"
     upload.write_text("\n".join(json.dumps(row) for row in [
         {"id": "pair", "prompt": "2 + 2?", "chosen": "4", "rejected": "5"},

@@ -21,7 +21,7 @@ def _rank(project, annotator, texts_best_first: list[str], rationale: str) -> No
 def test_a_disputed_item_side_by_side(page, live_server, researcher):
     ann0, ann1 = make_annotators(2)
     project = make_project(items=2, responses=3, overlap=2, members=[ann0, ann1],
-                           texts=[["Paris", "Lyon", "Nice"], ["4", "5", "22"]])
+                           texts=[["Paris", "Lyon", "Nice"], ["4", "5", "22"]], owner=researcher)
     # the queue hands each annotator the least-annotated item first: ann0 gets both, then ann1 both
     _rank(project, ann0, ["Paris", "Lyon", "Nice"], "the capital")
     _rank(project, ann0, ["4", "5", "22"], "")

@@ -15,7 +15,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 
 def test_researcher_creates_an_annotator_who_logs_in_and_ranks(page, live_server, researcher):
-    project = make_project(name="Helpfulness", items=1, responses=2)
+    project = make_project(name="Helpfulness", items=1, responses=2, owner=researcher)
     log_in(page, live_server, "rita", "rita-password-1")
     page.goto(f"{live_server.url}/projects/{project.pk}/")
     page.click("text=Members")

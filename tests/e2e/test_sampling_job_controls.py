@@ -26,7 +26,7 @@ def test_cancel_stops_a_sampling_job_and_resume_fills_the_rest_once(
 ):
     settings.MODEL_ROOTS = tiny_model_roots(tiny_model_dir)
     model = register_tiny_model(tiny_model_dir)
-    project = services.project_create(name="Cancel and resume", responses_per_item=2)
+    project = services.project_create(name="Cancel and resume", responses_per_item=2, owner=researcher)
     services.prompts_import(project=project, records=[
         ImportRecord(line=i + 1, external_id=f"p{i}", text=f"Calculate {i} + 3\n") for i in range(PROMPTS)])
     celery_worker_factory(queues=("gpu",), PREFLAB_MODEL_ROOTS=str(tiny_model_dir.parent), OMP_NUM_THREADS="1")

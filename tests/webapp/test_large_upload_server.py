@@ -108,7 +108,7 @@ def test_a_256_mib_file_is_accepted_and_imported_by_a_worker_with_bounded_memory
 ):
     server = web("gunicorn", PREFLAB_UPLOAD_MAX_BYTES=str(LIMIT))
     worker = celery_worker_factory(queues=("default",))
-    project = services.project_create(name="Large", responses_per_item=2)
+    project = services.project_create(name="Large", responses_per_item=2, owner=researcher)
     size = LIMIT
 
     answer = _import_upload(server, project, researcher, size)

@@ -19,8 +19,8 @@ def _shown_password(page: str) -> str:
     return page.split('id="one-time-password">', 1)[1].split("<", 1)[0]
 
 
-def test_a_new_annotator_gets_a_one_time_password_shown_once(researcher_client):
-    project = make_project(items=1)
+def test_a_new_annotator_gets_a_one_time_password_shown_once(researcher_client, researcher):
+    project = make_project(items=1, owner=researcher)
     response = researcher_client.post(f"/accounts/projects/{project.pk}/members/new/", {"username": "nora"})
     page = response.content.decode()
     password = _shown_password(page)
@@ -33,16 +33,16 @@ def test_a_new_annotator_gets_a_one_time_password_shown_once(researcher_client):
     assert password not in again and "nora" in again
 
 
-def test_a_taken_or_malformed_username_is_refused_in_words(researcher_client, annotator):
-    project = make_project(items=1)
+def test_a_taken_or_malformed_username_is_refused_in_words(researcher_client, annotator, researcher):
+    project = make_project(items=1, owner=researcher)
     for username, message in (("ABEL", "is taken"), ("no spaces please", "Enter a valid username")):
         response = researcher_client.post(f"/accounts/projects/{project.pk}/members/new/", {"username": username})
         assert response.status_code == 400 and message in response.content.decode()
     assert User.objects.count() == 2 and not project.members.exists()
 
 
-def test_add_and_remove_members_ends_their_leases(researcher_client, annotator):
-    project = make_project(items=2)
+def test_add_and_remove_members_ends_their_leases(researcher_client, annotator, researcher):
+    project = make_project(items=2, owner=researcher)
     researcher_client.post(f"/accounts/projects/{project.pk}/members/add/", {"user": annotator.pk})
     assert list(project.members.all()) == [annotator]
     lease = services.assignment_lease_next(project=project, annotator=annotator)
@@ -52,16 +52,16 @@ def test_add_and_remove_members_ends_their_leases(researcher_client, annotator):
     assert authenticates_as("abel", "abel-password-1") == annotator  # the account stays
 
 
-def test_a_user_without_a_role_added_as_member_becomes_an_annotator(researcher_client):
-    project = make_project(items=1)
+def test_a_user_without_a_role_added_as_member_becomes_an_annotator(researcher_client, researcher):
+    project = make_project(items=1, owner=researcher)
     newcomer = User.objects.create_user(username="nemo", password="nemo-password-1")
     researcher_client.post(f"/accounts/projects/{project.pk}/members/add/", {"user": newcomer.pk})
     assert list(project.members.all()) == [newcomer] and is_annotator(User.objects.get(pk=newcomer.pk))
 
 
-def test_reset_gives_a_new_one_time_password_to_annotators_only(researcher_client, annotator):
+def test_reset_gives_a_new_one_time_password_to_annotators_only(researcher_client, annotator, researcher):
     other_researcher, _ = user_create(username="ruth", role="researcher", password="ruth-password-1")
-    project = make_project(items=1, members=[annotator, other_researcher])
+    project = make_project(items=1, members=[annotator, other_researcher], owner=researcher)
     page = researcher_client.post(f"/accounts/projects/{project.pk}/members/{annotator.pk}/password/").content.decode()
     password = _shown_password(page)
     assert authenticates_as("abel", password) == annotator

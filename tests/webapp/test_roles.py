@@ -33,11 +33,11 @@ def _researcher_only_urls(arguments: dict[str, int] | None = None) -> list[str]:
 
 
 @pytest.fixture
-def project_pages(annotator) -> list[str]:
-    """The researcher pages of one project, one of its items and one of its members."""
+def project_pages(annotator, researcher) -> list[str]:
+    """The researcher pages of one project (the researcher's), one of its items and one of its members."""
     from tests.webapp.annotation.factories import make_project
 
-    project = make_project(items=1, members=[annotator])
+    project = make_project(items=1, members=[annotator], owner=researcher)
     item = project.prompts.get()
     pages = _researcher_only_urls({"project_id": project.pk, "prompt_id": item.pk, "user_id": annotator.pk})
     return [url for url in pages if url not in _researcher_only_urls()]

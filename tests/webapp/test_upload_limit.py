@@ -49,9 +49,9 @@ def _stored_files(settings) -> list[Path]:
     ids=["counted while streaming", "Content-Length over the limit"],
 )
 def test_an_import_upload_over_the_limit_gets_a_413_naming_it_and_nothing_is_stored(
-    researcher_client, small_limit, size
+    researcher_client, small_limit, size, researcher
 ):
-    project = annotation_services.project_create(name="Limit", responses_per_item=2)
+    project = annotation_services.project_create(name="Limit", responses_per_item=2, owner=researcher)
     response = researcher_client.post(reverse("annotation:project_import", args=[project.pk]),
                                       {"file": _file(size), "file_format": "auto"})
     assert response.status_code == 413
@@ -70,8 +70,8 @@ def test_a_run_upload_over_the_limit_gets_a_413_and_no_run(researcher_client, sm
     assert _stored_files(small_limit) == []
 
 
-def test_an_upload_at_the_limit_is_accepted(researcher_client, small_limit):
-    project = annotation_services.project_create(name="Limit", responses_per_item=2)
+def test_an_upload_at_the_limit_is_accepted(researcher_client, small_limit, researcher):
+    project = annotation_services.project_create(name="Limit", responses_per_item=2, owner=researcher)
     response = researcher_client.post(reverse("annotation:project_import", args=[project.pk]),
                                       {"file": _file(LIMIT), "file_format": "auto"})
     assert response.status_code == 302
@@ -80,8 +80,8 @@ def test_an_upload_at_the_limit_is_accepted(researcher_client, small_limit):
     assert [path.name for path in _stored_files(small_limit)] == [Path(job.upload_path).name]
 
 
-def test_the_forms_name_the_limit(researcher_client, small_limit):
-    project = annotation_services.project_create(name="Limit", responses_per_item=2)
+def test_the_forms_name_the_limit(researcher_client, small_limit, researcher):
+    project = annotation_services.project_create(name="Limit", responses_per_item=2, owner=researcher)
     assert "At most 64 KiB." in researcher_client.get(f"/projects/{project.pk}/").content.decode()
     assert "At most 64 KiB." in researcher_client.get("/runs/new?kind=sft").content.decode()
 

@@ -6,6 +6,7 @@ Each test prints its outcome as the README's fault table states it: jobs succeed
 
 from __future__ import annotations
 
+import re
 import shutil
 import signal
 import socket
@@ -22,17 +23,19 @@ from django.utils import timezone
 
 from tests.webapp.experiments.helpers import (
     ARITHMETIC,
+    finished_run_with_checkpoints,
     register_tiny_model,
     small_config,
     tiny_model_roots,
     wait_for,
 )
 from tests.webapp.upload_server import free_port
+from webapp.accounts.services import api_token_create
 from webapp.annotation import services as annotation_services
 from webapp.annotation.importing import ImportRecord
 from webapp.annotation.models import ImportJob, Response, SamplingJob
 from webapp.experiments import services as run_services
-from webapp.experiments.models import Run
+from webapp.experiments.models import MetricRow, ModelRef, Run
 from webapp.queueing import broker_message_ids, row_of_message
 from workers.app import app
 
@@ -108,8 +111,8 @@ def _worker_env(broker: PrivateRedis, model_dir: Path, **extra: str) -> dict[str
             "PREFLAB_MODEL_ROOTS": str(Path(model_dir).parent), "OMP_NUM_THREADS": "1", **extra}
 
 
-def _project_with_prompts(count: int):
-    project = annotation_services.project_create(name=f"{count} prompts", responses_per_item=2)
+def _project_with_prompts(count: int, owner=None):
+    project = annotation_services.project_create(name=f"{count} prompts", responses_per_item=2, owner=owner)
     records = [ImportRecord(line=i + 1, external_id=f"p{i}", text=f"Calculate {i} + 2\n") for i in range(count)]
     annotation_services.prompts_import(project=project, records=records)
     return project
@@ -156,7 +159,7 @@ def test_a_launch_while_the_broker_is_down_is_refused_clearly_and_leaves_no_row(
 ):
     settings.MODEL_ROOTS = tiny_model_roots(tiny_model_dir)
     model = register_tiny_model(tiny_model_dir)
-    project = _project_with_prompts(2)
+    project = _project_with_prompts(2, owner=researcher)
     failed_job = SamplingJob.objects.create(project=project, model_path=model.path, generation_settings=SAMPLING,
                                             status=SamplingJob.Status.FAILED, error="worker lost")
     private_broker.stop()
@@ -186,11 +189,55 @@ def test_a_launch_while_the_broker_is_down_is_refused_clearly_and_leaves_no_row(
     assert not ImportJob.objects.exists()
     assert set(kept_uploads.glob("*")) == kept_before  # the kept upload went with the row
 
-    response = researcher_client.post(f"/sampling/{failed_job.pk}/resume/", HTTP_HX_REQUEST="true")
-    failed_job.refresh_from_db()
-    assert failed_job.status == SamplingJob.Status.FAILED and failed_job.error.startswith("could not be queued: ")
-    assert "could not be queued" in response.content.decode()
     print(f"broker down at submit: refused in {launch_s:.1f} s with the reason; 0 rows left queued")
+
+
+def test_a_resume_while_the_broker_is_down_changes_nothing_and_says_why(
+    private_broker, researcher_client, tiny_model_dir, settings, researcher
+):
+    """A canceled run keeps its status, rows and later checkpoints; a canceled or failed sampling job its status
+    and error; the refusal is the broker's reason in words (no Python list), on the page and in the API."""
+    settings.MODEL_ROOTS = tiny_model_roots(tiny_model_dir)
+    settings.RUNS_DIR = settings.DATA_DIR / "runs-resume-broker-down"
+    model = register_tiny_model(tiny_model_dir)
+    run = finished_run_with_checkpoints(model, tiny_model_dir, researcher)
+    Run.objects.filter(pk=run.pk).update(status=Run.Status.CANCELED, error="")
+    queued_at = Run.objects.get(pk=run.pk).queued_at
+    checkpoints = {model.step: Path(model.path) for model in ModelRef.objects.filter(run=run)}
+    project = _project_with_prompts(2, owner=researcher)
+    jobs = {status: SamplingJob.objects.create(project=project, model_path=model.path, generation_settings=SAMPLING,
+                                               status=status, error="worker lost" if status == "failed" else "")
+            for status in (SamplingJob.Status.CANCELED, SamplingJob.Status.FAILED)}
+    token = api_token_create(user=researcher, name="resume while down")[1]
+    private_broker.stop()
+
+    def run_as_it_was() -> None:
+        kept = Run.objects.get(pk=run.pk)
+        assert (kept.status, kept.error, kept.queued_at) == (Run.Status.CANCELED, "", queued_at)
+        assert sorted(ModelRef.objects.filter(run=run).values_list("step", flat=True)) == [2, 4, 6]
+        assert all(directory.is_dir() for directory in checkpoints.values())
+        assert MetricRow.objects.filter(run=run).count() == 6
+
+    form = {"checkpoint": str(ModelRef.objects.get(run=run, step=2).pk), "remove_later": "yes"}
+    page = researcher_client.post(f"/runs/{run.pk}/resume", form, follow=True).content.decode()
+    run_as_it_was()
+    said = re.search(r'<ul class="messages"><li class="error">(.*?)</li>', page, re.S)
+    assert said and said[1].startswith("the job queue (redis://127.0.0.1:") and "could not be reached" in said[1]
+    assert "[" not in said[1] and ".." not in said[1]
+    answer = researcher_client.post(f"/api/v1/runs/{run.pk}/resume", {"checkpoint_id": int(form["checkpoint"]),
+                                    "remove_later": True}, content_type="application/json",
+                                    headers={"Authorization": f"Bearer {token}"})
+    run_as_it_was()
+    assert answer.status_code == 503 and "could not be reached" in answer.json()["detail"]
+    assert "['" not in answer.json()["detail"]
+
+    for status, job in jobs.items():
+        response = researcher_client.post(f"/sampling/{job.pk}/resume/", HTTP_HX_REQUEST="true")
+        kept = SamplingJob.objects.get(pk=job.pk)
+        assert (kept.status, kept.error) == (status, job.error)
+        fragment = response.content.decode()
+        assert "could not be reached" in fragment and "Nothing was queued" in fragment and "[&#x27;" not in fragment
+    print("broker down at resume: run and sampling jobs left as they were (canceled / failed), reason shown")
 
 
 def test_a_sampling_job_whose_worker_is_killed_fails_with_the_reason_and_resumes_without_filling_twice(
@@ -199,7 +246,7 @@ def test_a_sampling_job_whose_worker_is_killed_fails_with_the_reason_and_resumes
     settings.MODEL_ROOTS = tiny_model_roots(tiny_model_dir)
     model = register_tiny_model(tiny_model_dir)
     prompts = 300
-    project = _project_with_prompts(prompts)
+    project = _project_with_prompts(prompts, owner=researcher)
     env = {"PREFLAB_MODEL_ROOTS": str(Path(tiny_model_dir).parent), "OMP_NUM_THREADS": "1"}
     worker = celery_worker_factory(queues=("gpu",), **env)
     job = annotation_services.sampling_job_create(project=project, model_path=model.path, created_by=researcher,

@@ -1,4 +1,6 @@
-"""The two roles, as Django groups: annotators rank, researchers run everything else. Admins are superusers."""
+"""The two roles, as Django groups: annotators rank, researchers run everything else. Admins are superusers (any
+role's pages) and staff (the Django admin): they reach every project and run, where a researcher reaches the projects
+they own or were added to (webapp.annotation.selectors.projects_visible_to)."""
 
 from collections.abc import Callable
 from functools import wraps
@@ -31,6 +33,10 @@ def has_role(user: AbstractBaseUser | AnonymousUser, role: str) -> bool:
     if user.is_superuser:
         return True
     return role in _role_names(user)
+
+
+def is_admin(user: AbstractBaseUser | AnonymousUser) -> bool:
+    return bool(user.is_authenticated and user.is_active and (user.is_superuser or user.is_staff))
 
 
 def is_researcher(user: AbstractBaseUser | AnonymousUser) -> bool:

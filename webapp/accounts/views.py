@@ -1,5 +1,5 @@
-"""A project's members page (researchers): new annotator accounts, members in and out, password resets; and
-anyone's own API tokens page.
+"""A project's members page (its researchers: owner and researcher members; admins): new annotator accounts,
+members in and out, password resets of its annotators; and anyone's own API tokens page.
 
 A one-time password, or a new API token, appears only in the answer to the POST that made it, with caching
 forbidden: reloading or going back never shows it again.
@@ -18,6 +18,13 @@ from webapp.accounts import selectors, services
 from webapp.accounts.forms import AnnotatorCreateForm, ApiTokenCreateForm, MemberAddForm
 from webapp.accounts.roles import researcher_required
 from webapp.annotation.models import Project
+from webapp.annotation.selectors import projects_visible_to
+
+
+def _project(request: HttpRequest, project_id: int) -> Project:
+    """A project the researcher reaches (its owner, a researcher member, an admin); 404 for any other, so that
+    nobody manages, or resets passwords through, a project not theirs."""
+    return get_object_or_404(projects_visible_to(request.user), pk=project_id)
 
 
 def _members_page(
@@ -42,14 +49,14 @@ def _members_page(
 @never_cache
 @researcher_required
 def project_members(request: HttpRequest, project_id: int) -> HttpResponse:
-    return _members_page(request, get_object_or_404(Project, pk=project_id))
+    return _members_page(request, _project(request, project_id))
 
 
 @never_cache
 @require_POST
 @researcher_required
 def project_annotator_create(request: HttpRequest, project_id: int) -> HttpResponse:
-    project = get_object_or_404(Project, pk=project_id)
+    project = _project(request, project_id)
     form = AnnotatorCreateForm(request.POST)
     if not form.is_valid():
         return _members_page(request, project, create_form=form, status=400)
@@ -64,7 +71,7 @@ def project_annotator_create(request: HttpRequest, project_id: int) -> HttpRespo
 @require_POST
 @researcher_required
 def project_member_add(request: HttpRequest, project_id: int) -> HttpResponse:
-    project = get_object_or_404(Project, pk=project_id)
+    project = _project(request, project_id)
     form = MemberAddForm(request.POST, project=project)
     if not form.is_valid():
         return _members_page(request, project, add_form=form, status=400)
@@ -81,7 +88,7 @@ def project_member_add(request: HttpRequest, project_id: int) -> HttpResponse:
 @require_POST
 @researcher_required
 def project_member_remove(request: HttpRequest, project_id: int, user_id: int) -> HttpResponse:
-    project = get_object_or_404(Project, pk=project_id)
+    project = _project(request, project_id)
     user = get_object_or_404(User, pk=user_id)
     services.project_member_remove(project=project, user=user)
     messages.success(request, f"{user.username} is no longer a member of {project.name}; their rankings stay.")
@@ -92,7 +99,7 @@ def project_member_remove(request: HttpRequest, project_id: int, user_id: int) -
 @require_POST
 @researcher_required
 def project_member_password_reset(request: HttpRequest, project_id: int, user_id: int) -> HttpResponse:
-    project = get_object_or_404(Project, pk=project_id)
+    project = _project(request, project_id)
     user = get_object_or_404(User, pk=user_id)
     try:
         password = services.member_password_reset(project=project, user=user)

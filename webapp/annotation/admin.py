@@ -13,7 +13,7 @@ from webapp.annotation.models import (
 
 @admin.register(Project)
 class ProjectAdmin(admin.ModelAdmin):
-    list_display = ("name", "mode", "responses_per_item", "annotators_per_item", "lease_minutes", "created_at")
+    list_display = ("name", "owner", "mode", "responses_per_item", "annotators_per_item", "lease_minutes", "created_at")
     search_fields = ("name",)
     filter_horizontal = ("members",)
 

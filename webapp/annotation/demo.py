@@ -64,6 +64,10 @@ def _chat_records() -> list[ImportRecord]:
     return parse_import("".join(json.dumps(row) + "\n" for row in rows).encode(), file_format="jsonl")
 
 
+def _demo_researcher(members: list[User]) -> User | None:
+    return next((user for user in members if user.username == "researcher"), None)
+
+
 def _seed_chat_project(stdout, members: list[User]) -> None:
     model = chat_model(stdout)
     if model is None:
@@ -72,7 +76,7 @@ def _seed_chat_project(stdout, members: list[User]) -> None:
     if project is None:
         project = services.project_create(name=CHAT_PROJECT_NAME, mode=Project.Mode.PAIRWISE,
                                           guidelines=CHAT_GUIDELINES, responses_per_item=2, annotators_per_item=2,
-                                          members=members)
+                                          members=members, owner=_demo_researcher(members))
     summary = services.prompts_import(project=project, records=_chat_records())
     stdout.write(f"annotation demo '{CHAT_PROJECT_NAME}': {counted(summary.created, 'prompt')} added, "
                  f"{summary.already_present} present")
@@ -80,7 +84,7 @@ def _seed_chat_project(stdout, members: list[User]) -> None:
     if existing is not None:
         stdout.write(f"demo sampling job #{existing.pk} exists ({existing.status}) for '{CHAT_PROJECT_NAME}'")
         return
-    researcher = next((user for user in members if user.username == "researcher"), None)
+    researcher = _demo_researcher(members)
     job = services.sampling_job_create(project=project, model_path=model.path, generation_settings=dict(CHAT_SAMPLING),
                                        created_by=researcher)
     stdout.write(f"demo sampling job #{job.pk} queued: 2 responses per prompt from {model.name} (the worker runs it)")
@@ -93,7 +97,8 @@ def seed_demo_data(stdout) -> None:
         project = Project.objects.filter(name=name).first()
         if project is None:
             project = services.project_create(name=name, mode=mode, guidelines=DEMO_GUIDELINES,
-                                              responses_per_item=per_item, annotators_per_item=2, members=members)
+                                              responses_per_item=per_item, annotators_per_item=2, members=members,
+                                              owner=_demo_researcher(members))
         summary = services.prompts_import(project=project, records=_records(per_item, seed=len(name)))
         stdout.write(f"annotation demo '{name}': {counted(summary.created, 'prompt')} added, {summary.already_present} present")
     _seed_chat_project(stdout, members)

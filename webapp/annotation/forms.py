@@ -17,7 +17,8 @@ class ProjectForm(forms.ModelForm):
         queryset=User.objects.filter(is_active=True).order_by("username"),
         widget=forms.CheckboxSelectMultiple,
         required=False,
-        help_text="Who may annotate this project.",
+        help_text="Annotators ticked here annotate this project; researchers ticked here see and manage it as its "
+                  "owner does.",
     )
 
     class Meta:
@@ -95,10 +96,14 @@ class SamplingForm(forms.Form):
     top_p = _setting_field(forms.FloatField, "top_p", initial=1.0)
     seed = _setting_field(forms.IntegerField, "seed", initial=0)
 
-    @staticmethod
-    def known_models() -> list[ModelRef]:
-        """The suggestions: causal LMs (and hub ids of unknown kind), newest checkpoint of each run first."""
-        return models_offered((ModelRef.Architecture.CAUSAL_LM,))
+    def __init__(self, *args: object, user: User, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)
+        self.user = user
+
+    def known_models(self) -> list[ModelRef]:
+        """The suggestions: causal LMs (and hub ids of unknown kind) the user sees, newest checkpoint of each run
+        first."""
+        return models_offered((ModelRef.Architecture.CAUSAL_LM,), user=self.user)
 
 
 class ExportForm(forms.Form):

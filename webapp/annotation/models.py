@@ -23,6 +23,11 @@ class Project(models.Model):
     responses_per_item = models.PositiveSmallIntegerField(default=4)
     annotators_per_item = models.PositiveSmallIntegerField(default=1, help_text="Overlap: rankings wanted per item.")
     lease_minutes = models.PositiveSmallIntegerField(default=30)
+    # Who reaches the project (selectors.projects_visible_to): its owner, who created it (empty for a project made
+    # before owners were recorded, or whose owner's account was removed), and its members: annotators annotate it,
+    # researchers among them see and manage it as its owner does. Admins reach every project.
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                              related_name="owned_projects")
     members = models.ManyToManyField(settings.AUTH_USER_MODEL, related_name="annotation_projects", blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 

@@ -11,7 +11,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Count, Exists, OuterRef, Prefetch, Q, QuerySet
 from django.utils import timezone
 
-from webapp.accounts.roles import is_researcher
+from webapp.accounts.roles import is_admin, is_researcher
 from webapp.annotation import agreement
 from webapp.annotation.exporting import conversational_rows
 from webapp.annotation.models import (
@@ -31,8 +31,22 @@ OPEN_ITEMS = Q(annotatable=True, response_count__gte=2)
 
 
 def projects_visible_to(user: AbstractBaseUser) -> QuerySet[Project]:
-    projects = Project.objects.all() if is_researcher(user) else Project.objects.filter(members=user)
-    return projects.annotate(item_count=Count("prompts", filter=Q(prompts__annotatable=True), distinct=True))
+    """The one rule of who reaches a project (its pages, fragments, exports, API, sampling and import jobs, the runs
+    on its data): an admin every project; a researcher those they own or were added to as a member; an annotator
+    those they were added to (to annotate). Anything else is answered 404, as a project that does not exist."""
+    if is_admin(user):
+        return Project.objects.all()
+    membership = Project.members.through.objects.filter(user_id=user.pk).values("project_id")
+    if is_researcher(user):
+        return Project.objects.filter(Q(owner_id=user.pk) | Q(pk__in=membership))
+    return Project.objects.filter(pk__in=membership)
+
+
+def project_list(user: AbstractBaseUser) -> QuerySet[Project]:
+    """The projects page's rows: the projects `user` reaches, with their open items counted."""
+    return projects_visible_to(user).annotate(
+        item_count=Count("prompts", filter=Q(prompts__annotatable=True), distinct=True)
+    )
 
 
 def responses_shown(*, prompt: Prompt, annotator: AbstractBaseUser) -> list[Response]:
@@ -392,9 +406,9 @@ def prompts_to_sample(*, project_id: int, responses_per_prompt: int) -> list[Pro
     )
 
 
-def projects_for_training() -> list[tuple[int, str, int, int]]:
-    """(id, name, pair_count, prompt_count) for the launch form's data-source menu."""
-    projects = Project.objects.annotate(
+def projects_for_training(user: AbstractBaseUser) -> list[tuple[int, str, int, int]]:
+    """(id, name, pair_count, prompt_count) of the projects `user` reaches, for the launch form's data-source menu."""
+    projects = projects_visible_to(user).annotate(
         pair_count=Count("pairs", distinct=True), prompt_count=Count("prompts", distinct=True)
     ).order_by("name")
     return [(p.pk, p.name, p.pair_count, p.prompt_count) for p in projects]

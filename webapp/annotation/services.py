@@ -45,7 +45,7 @@ from webapp.annotation.preferences import pairs_from_tiers, tiers_without
 from webapp.annotation.selectors import blank_response_ids, responses_shown
 from webapp.experiments.models import ModelRef
 from webapp.experiments.services import model_resolve
-from webapp.queueing import publish_on_commit, requeue_lost
+from webapp.queueing import publish_before_commit, publish_on_commit, requeue_lost
 from webapp.text import counted, storable_text
 from webapp.text_bounds import GUIDELINES_MAX_CHARS, RATIONALE_MAX_CHARS, length_problem
 from webapp.uploads import upload_keep
@@ -71,10 +71,13 @@ def project_create(
     annotators_per_item: int = 1,
     lease_minutes: int = 30,
     members: Sequence[AbstractBaseUser] = (),
+    owner: AbstractBaseUser | None = None,
 ) -> Project:
+    """`owner`: who creates it (reaches it without being a member; selectors.projects_visible_to)."""
     guidelines_check(guidelines)
     project = Project.objects.create(
         name=name,
+        owner=owner,
         mode=mode,
         guidelines=guidelines,
         responses_per_item=responses_per_item,
@@ -559,11 +562,11 @@ def preference_pairs_rebuild(*, project: Project) -> int:
 # Sampling ---------------------------------------------------------------------------------------------------
 
 
-def model_path_check(path: str) -> str:
+def model_path_check(path: str, *, user: AbstractBaseUser | None = None) -> str:
     """The path to sample from: a causal LM named as the experiments' one resolver accepts (a registered model
-    or checkpoint by name or path, a directory under the model roots, a hub id)."""
+    or checkpoint by name or path, as `user` sees them; a directory under the model roots, a hub id)."""
     try:
-        resolved = model_resolve(path)
+        resolved = model_resolve(path, user=user)
     except ValidationError as error:
         raise ValidationError(f"model: {' '.join(error.messages)}") from None
     if resolved.architecture == ModelRef.Architecture.CLASSIFIER:
@@ -598,7 +601,7 @@ def sampling_job_create(
     """Store the job and queue it once committed; a job the broker cannot take is removed and QueueUnavailable
     (a ValidationError) says why. Settings out of their bounds are a ValidationError naming the setting."""
     generation_settings_check(generation_settings)
-    path = model_path_check(model_path)
+    path = model_path_check(model_path, user=created_by)
     with transaction.atomic():
         job = SamplingJob.objects.create(project=project, model_path=path, generation_settings=generation_settings,
                                          created_by=created_by, queued_at=timezone.now())
@@ -671,7 +674,10 @@ def sampling_job_cancel(*, job_id: int) -> None:
 
 def sampling_job_resume(*, job_id: int) -> None:
     """Queue a failed or canceled job again: it fills only the prompts still short of responses, so nothing is
-    sampled twice. QueueUnavailable (a ValidationError) if the broker cannot take it; the job then stays failed."""
+    sampled twice. QueueUnavailable (a ValidationError) if the broker cannot take it; the job then stays as it was
+    (failed or canceled, with its error)."""
+    from workers.tasks import sample_responses as sample_responses_task
+
     with transaction.atomic():
         resumed = SamplingJob.objects.filter(
             pk=job_id, status__in=(SamplingStatus.FAILED, SamplingStatus.CANCELED)
@@ -679,8 +685,7 @@ def sampling_job_resume(*, job_id: int) -> None:
                  heartbeat_at=None, queued_at=timezone.now())
         if not resumed:
             raise ValidationError(f"sampling job {job_id} is not failed or canceled; only those can be resumed")
-        _sampling_job_publish(job_id, on_failure=lambda reason: sampling_job_fail(
-            job_id=job_id, error=f"could not be queued: {reason}"))
+        publish_before_commit(sample_responses_task, kind=SAMPLING_MESSAGE_KIND, object_id=job_id)
 
 
 def sampling_jobs_fail_stale(*, now: datetime | None = None) -> list[int]:

@@ -7,7 +7,7 @@ from http import HTTPStatus
 from urllib.parse import urlencode
 
 from django.contrib import messages
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse, QueryDict, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -16,7 +16,7 @@ from django.utils.text import slugify
 from django.views.decorators.http import require_POST
 from django_htmx.http import reswap, retarget
 
-from webapp.accounts.roles import annotator_required, is_researcher, researcher_required
+from webapp.accounts.roles import annotator_required, researcher_required
 from webapp.annotation import exporting, selectors, services
 from webapp.annotation.forms import ExportForm, ImportForm, ProjectForm, SamplingForm
 from webapp.annotation.importing import ImportFileError, format_from_name
@@ -33,11 +33,15 @@ def annotate_home(request: HttpRequest) -> HttpResponse:
     return render(request, "annotation/annotate_home.html", {"rows": selectors.own_progress(user=request.user)})
 
 
-def _project_for_annotator(request: HttpRequest, project_id: int) -> Project:
-    project = get_object_or_404(Project, pk=project_id)
-    if not (is_researcher(request.user) or project.members.filter(pk=request.user.pk).exists()):
-        raise PermissionDenied("You are not a member of this project.")
-    return project
+def _project(request: HttpRequest, project_id: int) -> Project:
+    """The project if the user reaches it (selectors.projects_visible_to: its annotators and researchers, admins);
+    404 otherwise, as for a project that does not exist, so its existence is not revealed."""
+    return get_object_or_404(selectors.projects_visible_to(request.user), pk=project_id)
+
+
+def _job_of_a_visible_project(request: HttpRequest, model: type[ImportJob | SamplingJob], job_id: int):
+    return get_object_or_404(model.objects.filter(project__in=selectors.projects_visible_to(request.user)),
+                             pk=job_id)
 
 
 @dataclass(frozen=True)
@@ -128,7 +132,7 @@ def _refused(request: HttpRequest, project: Project, message: str, answer: _Show
 
 @annotator_required
 def annotate(request: HttpRequest, project_id: int) -> HttpResponse:
-    return _render_item(request, _project_for_annotator(request, project_id))
+    return _render_item(request, _project(request, project_id))
 
 
 def _tiers_from_post(post: QueryDict) -> list[list[int]]:
@@ -173,7 +177,7 @@ def _seconds(post: QueryDict) -> float:
 def _answer_item(request: HttpRequest, assignment_id: int, write: Callable[[Project], object]) -> HttpResponse:
     """Record an answer on an item, then show the next item (or keep this one, as entered, with the refusal)."""
     assignment = get_object_or_404(Assignment.objects.select_related("prompt__project"), pk=assignment_id)
-    project = _project_for_annotator(request, assignment.prompt.project_id)
+    project = _project(request, assignment.prompt.project_id)
     try:
         write(project)
     except ValidationError as error:
@@ -215,7 +219,7 @@ def annotate_back(request: HttpRequest, project_id: int) -> HttpResponse:
     The page names the answer it offers to go back to: a second press sent before the first one's page arrived
     names an answer already withdrawn, and is refused instead of withdrawing the one before it too.
     """
-    project = _project_for_annotator(request, project_id)
+    project = _project(request, project_id)
     previous = selectors.previous_answer(project=project, user=request.user)
     if previous is None:
         return _refused(request, project, f"Nothing to go back to: no answer of yours in this project within the "
@@ -237,7 +241,7 @@ def annotate_back(request: HttpRequest, project_id: int) -> HttpResponse:
 
 @researcher_required
 def project_list(request: HttpRequest) -> HttpResponse:
-    return render(request, "annotation/project_list.html", {"projects": selectors.projects_visible_to(request.user)})
+    return render(request, "annotation/project_list.html", {"projects": selectors.project_list(request.user)})
 
 
 @researcher_required
@@ -245,7 +249,7 @@ def project_create(request: HttpRequest) -> HttpResponse:
     form = ProjectForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         data = dict(form.cleaned_data)
-        project = services.project_create(members=data.pop("members"), **data)
+        project = services.project_create(owner=request.user, members=data.pop("members"), **data)
         messages.success(request, f"Project “{project.name}” created. Import prompts next.")
         return redirect("annotation:project_detail", project_id=project.pk)
     return render(request, "annotation/project_form.html", {"form": form})
@@ -253,7 +257,7 @@ def project_create(request: HttpRequest) -> HttpResponse:
 
 @researcher_required
 def project_edit(request: HttpRequest, project_id: int) -> HttpResponse:
-    project = get_object_or_404(Project, pk=project_id)
+    project = _project(request, project_id)
     form = ProjectForm(request.POST or None, instance=project)
     if request.method == "POST" and form.is_valid():
         data = dict(form.cleaned_data)
@@ -262,7 +266,7 @@ def project_edit(request: HttpRequest, project_id: int) -> HttpResponse:
     return render(request, "annotation/project_form.html", {"form": form, "project": project})
 
 
-def _detail_context(project: Project) -> dict:
+def _detail_context(request: HttpRequest, project: Project) -> dict:
     return {
         "project": project,
         "guidelines_html": render_markdown(project.guidelines),
@@ -271,20 +275,20 @@ def _detail_context(project: Project) -> dict:
         "jobs": selectors.sampling_jobs(project),
         "import_jobs": selectors.import_jobs(project),
         "import_form": ImportForm(),
-        "sampling_form": SamplingForm(initial={"responses_per_prompt": project.responses_per_item}),
+        "sampling_form": SamplingForm(initial={"responses_per_prompt": project.responses_per_item}, user=request.user),
         "export_form": ExportForm(),
     }
 
 
 @researcher_required
 def project_detail(request: HttpRequest, project_id: int) -> HttpResponse:
-    project = get_object_or_404(Project, pk=project_id)
-    return render(request, "annotation/project_detail.html", _detail_context(project))
+    project = _project(request, project_id)
+    return render(request, "annotation/project_detail.html", _detail_context(request, project))
 
 
 @researcher_required
 def project_progress(request: HttpRequest, project_id: int) -> HttpResponse:
-    project = get_object_or_404(Project, pk=project_id)
+    project = _project(request, project_id)
     return render(request, "annotation/project_detail.html#progress",
                   {"project": project, "progress": selectors.project_progress(project)})
 
@@ -294,7 +298,7 @@ ITEMS_PER_PAGE = 25
 
 @researcher_required
 def project_items(request: HttpRequest, project_id: int) -> HttpResponse:
-    project = get_object_or_404(Project, pk=project_id)
+    project = _project(request, project_id)
     status = request.GET.get("status", "all")
     if status not in selectors.ITEM_STATUSES:
         status = "all"
@@ -314,7 +318,7 @@ def project_items(request: HttpRequest, project_id: int) -> HttpResponse:
 
 @researcher_required
 def project_item(request: HttpRequest, project_id: int, prompt_id: int) -> HttpResponse:
-    project = get_object_or_404(Project, pk=project_id)
+    project = _project(request, project_id)
     prompt = get_object_or_404(Prompt, pk=prompt_id, project=project)
     return render(request, "annotation/project_item.html",
                   {"project": project, "item": selectors.item_detail(prompt=prompt)})
@@ -323,7 +327,7 @@ def project_item(request: HttpRequest, project_id: int, prompt_id: int) -> HttpR
 @require_POST
 @researcher_required
 def project_import(request: HttpRequest, project_id: int) -> HttpResponse:
-    project = get_object_or_404(Project, pk=project_id)
+    project = _project(request, project_id)
     form = ImportForm(request.POST, request.FILES)
     if not form.is_valid():
         messages.error(request, "Import: choose a file.")
@@ -345,15 +349,15 @@ def project_import(request: HttpRequest, project_id: int) -> HttpResponse:
 
 @researcher_required
 def import_job_status(request: HttpRequest, job_id: int) -> HttpResponse:
-    job = get_object_or_404(ImportJob, pk=job_id)
+    job = _job_of_a_visible_project(request, ImportJob, job_id)
     return render(request, "annotation/project_detail.html#import_job", {"job": job})
 
 
 @require_POST
 @researcher_required
 def sampling_create(request: HttpRequest, project_id: int) -> HttpResponse:
-    project = get_object_or_404(Project, pk=project_id)
-    form = SamplingForm(request.POST)
+    project = _project(request, project_id)
+    form = SamplingForm(request.POST, user=request.user)
     status = 200
     if form.is_valid():
         options = dict(form.cleaned_data)
@@ -367,7 +371,7 @@ def sampling_create(request: HttpRequest, project_id: int) -> HttpResponse:
             status = HTTPStatus.UNPROCESSABLE_ENTITY
     else:
         status = HTTPStatus.UNPROCESSABLE_ENTITY
-    context = {**_detail_context(project), "sampling_form": form}
+    context = {**_detail_context(request, project), "sampling_form": form}
     if request.htmx:
         return render(request, "annotation/project_detail.html#sampling", context, status=status)
     return render(request, "annotation/project_detail.html", context, status=status)
@@ -375,14 +379,14 @@ def sampling_create(request: HttpRequest, project_id: int) -> HttpResponse:
 
 @researcher_required
 def sampling_job_status(request: HttpRequest, job_id: int) -> HttpResponse:
-    job = get_object_or_404(SamplingJob, pk=job_id)
+    job = _job_of_a_visible_project(request, SamplingJob, job_id)
     return render(request, "annotation/project_detail.html#job", {"job": job})
 
 
 @require_POST
 @researcher_required
 def sampling_job_cancel(request: HttpRequest, job_id: int) -> HttpResponse:
-    job = get_object_or_404(SamplingJob, pk=job_id)
+    job = _job_of_a_visible_project(request, SamplingJob, job_id)
     services.sampling_job_cancel(job_id=job.pk)
     return _sampling_job_answer(request, job)
 
@@ -390,25 +394,28 @@ def sampling_job_cancel(request: HttpRequest, job_id: int) -> HttpResponse:
 @require_POST
 @researcher_required
 def sampling_job_resume(request: HttpRequest, job_id: int) -> HttpResponse:
-    job = get_object_or_404(SamplingJob, pk=job_id)
+    job = _job_of_a_visible_project(request, SamplingJob, job_id)
     try:
         services.sampling_job_resume(job_id=job.pk)
     except ValidationError as error:
-        messages.error(request, " ".join(error.messages))
+        return _sampling_job_answer(request, job, refusal=" ".join(error.messages))
     return _sampling_job_answer(request, job)
 
 
-def _sampling_job_answer(request: HttpRequest, job: SamplingJob) -> HttpResponse:
-    """htmx swaps the job's line in place (with any error said on it); a plain form post returns to the project."""
+def _sampling_job_answer(request: HttpRequest, job: SamplingJob, *, refusal: str = "") -> HttpResponse:
+    """htmx swaps the job's line in place (with any error, and the refusal, said on it); a plain form post returns
+    to the project, where the refusal is a message."""
     if request.htmx:
         job.refresh_from_db()
-        return render(request, "annotation/project_detail.html#job", {"job": job})
+        return render(request, "annotation/project_detail.html#job", {"job": job, "refusal": refusal})
+    if refusal:
+        messages.error(request, refusal)
     return redirect("annotation:project_detail", project_id=job.project_id)
 
 
 @researcher_required
 def project_export(request: HttpRequest, project_id: int, kind: str) -> HttpResponse:
-    project = get_object_or_404(Project, pk=project_id)
+    project = _project(request, project_id)
     form = ExportForm(request.GET or None)
     strategy = form.cleaned_data["strategy"] if form.is_valid() else "all"
     stem = f"{slugify(project.name) or project.pk}-{strategy}"

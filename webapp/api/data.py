@@ -82,7 +82,7 @@ _RECORDS_BODY = {
              openapi_extra={"requestBody": _RECORDS_BODY}, summary="Import records (JSON or NDJSON)")
 @researcher_only
 def records_import(request: HttpRequest, project_id: int) -> dict:
-    project = project_or_404(project_id)
+    project = project_or_404(request, project_id)
     if request.content_type in NDJSON_TYPES:
         with _spooled_body(request) as body:
             _refuse_none(_checked_count(body))
@@ -207,7 +207,8 @@ class ResponseOut(Schema):
              summary="Add responses to a prompt")
 @researcher_only
 def responses_add(request: HttpRequest, prompt_id: int, payload: ResponsesIn) -> Status:
-    if not Prompt.objects.filter(pk=prompt_id).exists():
+    visible = selectors.projects_visible_to(request.auth)
+    if not Prompt.objects.filter(pk=prompt_id, project__in=visible).exists():
         raise HttpError(404, f"prompt {prompt_id} does not exist")
     try:
         refuse_unstorable(0, payload.detail, "detail")
@@ -248,7 +249,7 @@ def _prompt_item(prompt: Prompt) -> dict[str, Any]:
             summary="A project's prompts with their responses")
 @researcher_only
 def prompt_list(request: HttpRequest, project_id: int, paging: Query[PageQuery]) -> dict:
-    project = project_or_404(project_id)
+    project = project_or_404(request, project_id)
     return page_of(selectors.project_prompts(project_id=project.pk), paging=paging, item=_prompt_item)
 
 
@@ -256,7 +257,7 @@ def prompt_list(request: HttpRequest, project_id: int, paging: Query[PageQuery])
             summary="A project's rankings, as the rankings export's rows")
 @researcher_only
 def ranking_list(request: HttpRequest, project_id: int, paging: Query[PageQuery]) -> dict:
-    project = project_or_404(project_id)
+    project = project_or_404(request, project_id)
     return page_of(selectors.ranking_rows(project_id=project.pk), paging=paging,
                    count=selectors.ranking_count(project_id=project.pk))
 
@@ -273,7 +274,7 @@ class PairsQuery(PageQuery):
             summary="A project's preference pairs in TRL's format, as the page's JSONL export")
 @researcher_only
 def pair_list(request: HttpRequest, project_id: int, query: Query[PairsQuery]) -> dict | StreamingHttpResponse:
-    project = project_or_404(project_id)
+    project = project_or_404(request, project_id)
     conversational = selectors.project_has_conversations(project_id=project.pk)
     if query.format == "standard" and conversational:
         raise HttpError(422, "format: the project holds conversations, so its pairs are conversational only "

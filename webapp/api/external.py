@@ -78,7 +78,7 @@ def external_run_create(request: HttpRequest, body: ExternalRunIn) -> Status:
 @router.post("/{int:run_id}/log", response=WrittenOut, summary="Log metric rows of an external run")
 @researcher_only
 def external_metrics_log(request: HttpRequest, run_id: int, body: LogIn) -> dict[str, int]:
-    run = runs.run_or_404(run_id)
+    run = runs.run_or_404(request, run_id)
     return _written(lambda: services.external_metrics_log(run_id=run.pk, rows=body.rows))
 
 
@@ -88,7 +88,7 @@ def external_metrics_log(request: HttpRequest, run_id: int, body: LogIn) -> dict
                   summary="Log a batch of samples of an external run")
 @researcher_only
 def external_samples_log(request: HttpRequest, run_id: int, body: SamplesIn) -> dict[str, int]:
-    run = runs.run_or_404(run_id)
+    run = runs.run_or_404(request, run_id)
     return _written(lambda: services.external_samples_log(run_id=run.pk, batch_id=body.batch_id,
                                                           samples=body.samples))
 
@@ -98,7 +98,7 @@ def external_samples_log(request: HttpRequest, run_id: int, body: SamplesIn) -> 
 def external_run_heartbeat(request: HttpRequest, run_id: int) -> HttpResponse:
     """Logging rows or samples beats too; a program that logs seldom beats in between, within
     PREFLAB_HEARTBEAT_TIMEOUT_S."""
-    run = runs.run_or_404(run_id)
+    run = runs.run_or_404(request, run_id)
     try:
         services.external_run_heartbeat(run_id=run.pk)
     except services.RunWriteRefused as error:
@@ -109,7 +109,7 @@ def external_run_heartbeat(request: HttpRequest, run_id: int) -> HttpResponse:
 @router.post("/{int:run_id}/finish", response=runs.RunOut, summary="Finish an external run")
 @researcher_only
 def external_run_finish(request: HttpRequest, run_id: int, body: FinishIn) -> dict[str, Any]:
-    run = runs.run_or_404(run_id)
+    run = runs.run_or_404(request, run_id)
     try:
         run = services.external_run_finish(run_id=run.pk, status=body.status, error=body.error)
     except ValidationError as error:

@@ -107,8 +107,10 @@ class MemberIn(Schema):
     username: str = Field(..., min_length=1, max_length=150)
 
 
-def project_or_404(project_id: int) -> Project:
-    project = Project.objects.filter(pk=project_id).first()
+def project_or_404(request: HttpRequest, project_id: int) -> Project:
+    """A project the token's user reaches (selectors.projects_visible_to); any other is answered as one that does
+    not exist."""
+    project = selectors.projects_visible_to(request.auth).filter(pk=project_id).first()
     if project is None:
         raise HttpError(404, f"project {project_id} does not exist")
     return project
@@ -125,7 +127,7 @@ def project_list(request: HttpRequest, paging: Query[PageQuery]) -> dict:
 @researcher_only
 def project_create(request: HttpRequest, payload: ProjectIn) -> Status:
     try:
-        project = services.project_create(**payload.dict())
+        project = services.project_create(owner=request.auth, **payload.dict())
     except IntegrityError:
         raise HttpError(409, f"name: a project named {payload.name!r} exists already") from None
     return Status(201, project)
@@ -134,7 +136,7 @@ def project_create(request: HttpRequest, payload: ProjectIn) -> Status:
 @router.get("/{project_id}", response={200: ProjectDetail, 404: Detail}, summary="A project, its progress and agreement")
 @researcher_only
 def project_detail(request: HttpRequest, project_id: int) -> dict:
-    project = project_or_404(project_id)
+    project = project_or_404(request, project_id)
     progress = selectors.project_progress(project)
     return {
         **{name: getattr(project, name) for name in ProjectOut.model_fields},
@@ -150,13 +152,13 @@ def project_detail(request: HttpRequest, project_id: int) -> dict:
 @router.get("/{project_id}/members", response={200: list[Member], 404: Detail}, summary="A project's members")
 @researcher_only
 def member_list(request: HttpRequest, project_id: int) -> list:
-    return account_selectors.project_members(project_or_404(project_id))
+    return account_selectors.project_members(project_or_404(request, project_id))
 
 
 @router.post("/{project_id}/members", response={201: Member, 404: Detail, 409: Detail}, summary="Add a member")
 @researcher_only
 def member_add(request: HttpRequest, project_id: int, payload: MemberIn) -> Status:
-    project = project_or_404(project_id)
+    project = project_or_404(request, project_id)
     user = _user_or_404(payload.username)
     try:
         account_services.project_member_add(project=project, user=user)
@@ -169,7 +171,7 @@ def member_add(request: HttpRequest, project_id: int, payload: MemberIn) -> Stat
 @router.delete("/{project_id}/members/{username}", response={204: None, 404: Detail}, summary="Remove a member")
 @researcher_only
 def member_remove(request: HttpRequest, project_id: int, username: str) -> Status:
-    project = project_or_404(project_id)
+    project = project_or_404(request, project_id)
     user = _user_or_404(username)
     if not project.members.filter(pk=user.pk).exists():
         raise HttpError(404, f"{username} is not a member of project {project_id}")

@@ -34,14 +34,14 @@ class ModelIn(Schema):
 @router.get("", response=Page[ModelOut], summary="List models")
 @researcher_only
 def model_list(request: HttpRequest, paging: Query[PageQuery]) -> dict:
-    return page_of(selectors.models_list().order_by("-created_at", "-id"), paging=paging)
+    return page_of(selectors.models_list(request.auth).order_by("-created_at", "-id"), paging=paging)
 
 
 @router.post("", response={201: ModelOut, 422: Detail}, summary="Register a model (its row if registered already)")
 @researcher_only
 def model_register(request: HttpRequest, payload: ModelIn) -> Status:
     try:
-        model = services.model_register(path=payload.path, name=payload.name)
+        model = services.model_register(path=payload.path, name=payload.name, user=request.auth)
     except ValidationError as error:
         raise HttpError(422, _said(error)) from None
     return Status(201, model)

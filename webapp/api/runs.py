@@ -115,8 +115,10 @@ def run_out(request: HttpRequest, run: Run) -> dict[str, Any]:
     return {**fields, "id": run.pk, "url": request.build_absolute_uri(reverse("experiments:run_detail", args=[run.pk]))}
 
 
-def run_or_404(run_id: int) -> Run:
-    run = Run.objects.filter(pk=run_id).first()
+def run_or_404(request: HttpRequest, run_id: int) -> Run:
+    """A run the token's user reaches (selectors.runs_visible_to); any other is answered as one that does not
+    exist."""
+    run = selectors.runs_visible_to(request.auth).filter(pk=run_id).first()
     if run is None:
         raise HttpError(404, f"there is no run {run_id}")
     return run
@@ -145,7 +147,7 @@ def _choice(field: str, value: str, choices: list[tuple[str, str]]) -> str:
 @researcher_only
 def runs_list(request: HttpRequest, filters: Query[RunsQuery]) -> dict[str, Any]:
     """Newest first; `status`, `kind` and `q` (a part of the name) narrow the list."""
-    runs = selectors.runs_list(status=_choice("status", filters.status, Run.Status.choices),
+    runs = selectors.runs_list(user=request.auth, status=_choice("status", filters.status, Run.Status.choices),
                                kind=_choice("kind", filters.kind, selectors.run_kind_choices()),
                                query=filters.q.strip())
     return page_of(runs, paging=filters, item=lambda run: run_out(request, run))
@@ -174,7 +176,7 @@ def run_create(request: HttpRequest, body: RunCreateIn) -> Status:
 @router.get("/{int:run_id}", response=RunOut, summary="Read a run")
 @researcher_only
 def run_read(request: HttpRequest, run_id: int) -> dict[str, Any]:
-    return run_out(request, run_or_404(run_id))
+    return run_out(request, run_or_404(request, run_id))
 
 
 @router.post("/{int:run_id}/cancel", response=RunOut, summary="Cancel a run")
@@ -183,7 +185,7 @@ def run_cancel(request: HttpRequest, run_id: int) -> dict[str, Any]:
     """A queued run is canceled at once; a running one stops at its next step (an external run's program reads
     `cancel_requested` and finishes it). Canceling a canceled run changes nothing; a run that ended otherwise is
     a 409."""
-    run = run_or_404(run_id)
+    run = run_or_404(request, run_id)
     if run.status in (Run.Status.SUCCEEDED, Run.Status.FAILED):
         raise HttpError(409, f"run {run.pk} is {run.status}; there is nothing to cancel")
     services.run_cancel(run_id=run.pk)
@@ -196,7 +198,7 @@ def run_cancel(request: HttpRequest, run_id: int) -> dict[str, Any]:
 def run_resume(request: HttpRequest, run_id: int, body: ResumeIn) -> dict[str, Any]:
     """Later checkpoints are removed only with `remove_later: true` (else a 422 listing them); an active or an
     external run is a 409."""
-    run = run_or_404(run_id)
+    run = run_or_404(request, run_id)
     try:
         with transaction.atomic():
             run = services.run_resume(run_id=run.pk, checkpoint_id=body.checkpoint_id, remove_later=body.remove_later)
@@ -209,7 +211,7 @@ def run_resume(request: HttpRequest, run_id: int, body: ResumeIn) -> dict[str, A
 @researcher_only
 def run_fork(request: HttpRequest, run_id: int, body: ForkIn) -> Status:
     """A new run from the parent's config and data with `config` set over it, validated and queued as a launch."""
-    parent = run_or_404(run_id)
+    parent = run_or_404(request, run_id)
     if parent.is_external:
         raise HttpError(409, f"run {parent.pk} is an external run, logged by its own program; it cannot be forked here")
     try:
@@ -224,7 +226,7 @@ def run_fork(request: HttpRequest, run_id: int, body: ForkIn) -> Status:
 def run_metrics(request: HttpRequest, run_id: int, query: Query[MetricRowsQuery]) -> dict[str, Any]:
     """Every row, not downsampled (the run page's charts are): ask again with `after_step=next_after_step` until
     it is null."""
-    run = run_or_404(run_id)
+    run = run_or_404(request, run_id)
     page = selectors.metric_rows_page(run_id=run.pk, after_step=query.after_step, limit=query.limit)
     return {"rows": page.rows, "next_after_step": page.next_after_step}
 
@@ -232,6 +234,6 @@ def run_metrics(request: HttpRequest, run_id: int, query: Query[MetricRowsQuery]
 @router.get("/{int:run_id}/samples", response=Page[SampleOut], summary="A run's samples, in step order")
 @researcher_only
 def run_samples(request: HttpRequest, run_id: int, query: Query[SamplesQuery]) -> dict[str, Any]:
-    run = run_or_404(run_id)
+    run = run_or_404(request, run_id)
     return page_of(selectors.run_samples_list(run_id=run.pk, step=query.step), paging=query,
                    item=selectors.sample_api_row)

@@ -8,6 +8,7 @@ import typing
 from typing import Any, Literal
 
 from django import forms
+from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
 
 from trainer.kinds import run_kind
@@ -34,12 +35,12 @@ OPEN_GROUPS = ("model", "optimisation")
 SOURCE_FIELDS = ("name", "data_source", "level", "size", "project", "upload")
 
 
-def _projects() -> list[tuple[int, str, int, int]]:
+def _projects(user: AbstractBaseUser) -> list[tuple[int, str, int, int]]:
     try:
         from webapp.annotation.selectors import projects_for_training
     except ImportError:
         return []
-    return list(projects_for_training())
+    return list(projects_for_training(user))
 
 
 def _model_label(model: ModelRef) -> str:
@@ -48,10 +49,11 @@ def _model_label(model: ModelRef) -> str:
     return f"{model.name} ({model.get_source_display()}, {model.get_architecture_display()})"
 
 
-def _model_choices(architectures: tuple[str, ...], *, blank: str) -> list:
-    """A blank first (nothing chosen for the user), base models, then each run's checkpoints newest first."""
+def _model_choices(architectures: tuple[str, ...], *, blank: str, user: AbstractBaseUser) -> list:
+    """A blank first (nothing chosen for the user), base models, then each run's checkpoints newest first (those of
+    the runs `user` sees)."""
     groups: dict[str, list[tuple[str, str]]] = {}
-    for model in selectors.models_offered(architectures):
+    for model in selectors.models_offered(architectures, user=user):
         group = f"run #{model.run.pk} {model.run.name}" if model.run_id is not None else "base models"
         groups.setdefault(group, []).append((model.path, _model_label(model)))
     return [("", blank), *groups.items()]
@@ -69,8 +71,8 @@ def _form_field(kind: str, name: str, annotation: Any, dataclass_field: dataclas
     help_text = dataclass_field.metadata.get("help", "")
     if name in MODEL_FIELDS:
         required = name == "model"
+        # the choices are the user's: LaunchForm sets them
         return forms.ChoiceField(
-            choices=_model_choices(field_architectures(kind, name), blank="— choose a model —" if required else "— none —"),
             required=required, help_text=help_text,
             error_messages={"required": "choose a model: this run needs one to start from"},
         )
@@ -112,13 +114,15 @@ class LaunchForm(forms.Form):
     project = forms.TypedChoiceField(coerce=int, required=False, empty_value=None)
     upload = forms.FileField(required=False, help_text="JSONL; one object per line with the fields the kind needs.")
 
-    def __init__(self, *args: Any, kind: str, initial_config: dict[str, Any] | None = None, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, kind: str, user: AbstractBaseUser, initial_config: dict[str, Any] | None = None,
+                 **kwargs: Any) -> None:
+        """`user`: who launches; the projects and checkpoints offered are those they see."""
         super().__init__(*args, **kwargs)
         self.kind = kind
         self.fields["upload"].help_text += f" At most {limit_text()}."
         self.fields["project"].choices = [("", "— choose —")] + [
             (project_id, f"{name} ({counted(pairs, 'pair')}, {counted(prompts, 'prompt')})")
-            for project_id, name, pairs, prompts in _projects()
+            for project_id, name, pairs, prompts in _projects(user)
         ]
         cls = run_kind(kind).config_class
         hints = typing.get_type_hints(cls)
@@ -131,6 +135,9 @@ class LaunchForm(forms.Form):
             self.fields[f.name] = _form_field(kind, f.name, hints[f.name], f)
             if values.get(f.name) is not None:
                 self.initial.setdefault(f.name, _initial_value(values[f.name]))
+            if f.name in MODEL_FIELDS:
+                blank = "— choose a model —" if self.fields[f.name].required else "— none —"
+                self.fields[f.name].choices = _model_choices(field_architectures(kind, f.name), blank=blank, user=user)
             self.config_groups.setdefault(f.metadata.get("group", "advanced"), []).append(f.name)
         if run_kind(kind).online:
             weights = values.get("rewards") or {}

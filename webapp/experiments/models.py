@@ -150,3 +150,16 @@ class SampleBatch(models.Model):
 
     def __str__(self) -> str:
         return f"run {self.run_id} sample batch {self.batch_id}"
+
+
+class PeriodicJobClaim(models.Model):
+    """When a periodic job (the reconcile of jobs, webapp.jobs) last acted, by the database's clock, and how often it
+    has: a beat's tick that comes less than most of a period after the last act does nothing, so two beats (two
+    default workers with -B, or a beat that outlived its worker) act once per period between them."""
+
+    name = models.CharField(max_length=100, primary_key=True)
+    acted_at = models.DateTimeField()
+    acts = models.PositiveBigIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"{self.name}: acted {self.acts} times, last at {self.acted_at}"

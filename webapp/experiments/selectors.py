@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 from django.apps import apps
 from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
 from django.core.cache import cache
 from django.db import connection
 from django.db.models import Q, QuerySet
@@ -21,6 +22,7 @@ from django.utils import timezone
 from trainer.config import PRESETS, Preset, with_preset
 from trainer.kinds import KINDS
 from trainer.sink import decode_json_value
+from webapp.accounts.roles import is_admin
 from webapp.experiments.downsampling import Series, downsample
 from webapp.experiments.models import EXTERNAL_KIND, MODEL_FIELDS, MetricRow, ModelRef, Run, Sample
 from webapp.text import counted
@@ -54,15 +56,35 @@ def launch_initial_config(kind: str, parent: Run | None, preset: str) -> dict[st
     return with_preset(kind, preset, {}) if preset else None
 
 
-def models_list() -> QuerySet[ModelRef]:
-    return ModelRef.objects.select_related("run")
+def runs_visible_to(user: AbstractBaseUser) -> QuerySet[Run]:
+    """The one rule of who reaches a run (its pages, chart data, samples, API, and its checkpoints as models): an
+    admin every run; anyone else the runs they launched and the runs whose data source is a project they reach
+    (an external run's too: its project_id). Anything else is answered 404, as a run that does not exist."""
+    from webapp.annotation.selectors import projects_visible_to
+
+    if is_admin(user):
+        return Run.objects.all()
+    projects = list(projects_visible_to(user).values_list("pk", flat=True))
+    return Run.objects.filter(Q(created_by_id=user.pk) | Q(data_source__project_id__in=projects))
 
 
-def models_offered(architectures: Iterable[str]) -> list[ModelRef]:
-    """Models of these kinds (and those whose kind is unknown) in the order a model field offers them: base
-    models by name, then each run's checkpoints, newest run first and its newest step first."""
+def models_visible_to(user: AbstractBaseUser) -> QuerySet[ModelRef]:
+    """Registered base models are the lab's (a directory under the model roots, or a hub id): everyone's. A run's
+    checkpoint is visible with its run (runs_visible_to)."""
+    if is_admin(user):
+        return ModelRef.objects.all()
+    return ModelRef.objects.filter(Q(run__isnull=True) | Q(run__in=runs_visible_to(user)))
+
+
+def models_list(user: AbstractBaseUser) -> QuerySet[ModelRef]:
+    return models_visible_to(user).select_related("run")
+
+
+def models_offered(architectures: Iterable[str], *, user: AbstractBaseUser) -> list[ModelRef]:
+    """Models of these kinds (and those whose kind is unknown) that `user` sees, in the order a model field offers
+    them: base models by name, then each run's checkpoints, newest run first and its newest step first."""
     wanted = [*architectures, ModelRef.Architecture.UNKNOWN]
-    models = ModelRef.objects.filter(architecture__in=wanted).select_related("run")
+    models = models_visible_to(user).filter(architecture__in=wanted).select_related("run")
     bases = models.filter(run__isnull=True).order_by("name")
     checkpoints = models.filter(run__isnull=False).order_by("-run_id", "-step")
     return [*bases, *checkpoints]
@@ -111,8 +133,9 @@ def resume_plan(*, run: Run, checkpoint: ModelRef) -> ResumePlan:
     return ResumePlan(checkpoint, later, used_by)
 
 
-def runs_list(*, status: str = "", kind: str = "", query: str = "") -> QuerySet[Run]:
-    runs = Run.objects.select_related("created_by")
+def runs_list(*, user: AbstractBaseUser, status: str = "", kind: str = "", query: str = "") -> QuerySet[Run]:
+    """The runs `user` sees (runs_visible_to), narrowed by the filters."""
+    runs = runs_visible_to(user).select_related("created_by")
     if status:
         runs = runs.filter(status=status)
     if kind:
@@ -215,6 +238,15 @@ def data_source_text(source: Mapping[str, Any]) -> DataSourceText:
             return DataSourceText(f"{EXTERNAL_SOURCE_WORDS}, on project #{project_id} (deleted)")
         return DataSourceText(f"{EXTERNAL_SOURCE_WORDS}, on project «{name}»", project_id)
     return DataSourceText(", ".join(f"{key} {value}" for key, value in source.items()))
+
+
+def project_reachable(project_id: int, *, user: AbstractBaseUser | None) -> bool:
+    """Whether the project exists and `user` reaches it (webapp.annotation.selectors.projects_visible_to); for no
+    user (the demo, a management command), whether it exists."""
+    from webapp.annotation.selectors import projects_visible_to
+
+    projects = apps.get_model("annotation", "Project").objects.all() if user is None else projects_visible_to(user)
+    return projects.filter(pk=project_id).exists()
 
 
 def project_name(project_id: Any) -> str | None:

@@ -15,7 +15,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,8 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
 from django.core.files.uploadedfile import UploadedFile
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import F, Q
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from trainer.chat import ChatFormatError, normalize_record
@@ -41,11 +42,12 @@ from webapp.experiments.models import (
     MODEL_FIELDS,
     MetricRow,
     ModelRef,
+    PeriodicJobClaim,
     Run,
     Sample,
     SampleBatch,
 )
-from webapp.queueing import publish_on_commit, requeue_lost
+from webapp.queueing import publish_before_commit, publish_on_commit, requeue_lost
 from webapp.text import storable_text, typed_text_problem
 from webapp.text_bounds import (
     CONFIG_TEXT_MAX_CHARS,
@@ -160,13 +162,14 @@ def _resolved_directory(directory: Path) -> ResolvedModel:
     return ResolvedModel(str(directory), ModelRef.Source.LOCAL, architecture_of_directory(directory))
 
 
-def model_resolve(text: str) -> ResolvedModel:
+def model_resolve(text: str, *, user: AbstractBaseUser | None = None) -> ResolvedModel:
     """The one way a model is named (registration, the launch form's model fields, sampling). Writes nothing.
 
     Accepted, in this order: a registered ModelRef by path or name (base models and the checkpoints runs
     wrote), a directory under PREFLAB_MODEL_ROOTS holding config.json, a hub id org/name. Paths are resolved
     first, so a `..` cannot leave a root; anything else raises ValidationError saying what was given and what
-    is accepted."""
+    is accepted. With `user`, a checkpoint of a run they do not see (selectors.models_visible_to) is refused as
+    an unknown model."""
     value = text.strip()
     if not value:
         raise ValidationError(f"no model given; give {_accepted_models()}")
@@ -176,6 +179,9 @@ def model_resolve(text: str) -> ResolvedModel:
     except RuntimeError:  # ~name of a user this machine does not have
         raise ValidationError(f"{value!r} names the home of no user here; give {_accepted_models()}") from None
     registered = ModelRef.objects.filter(path=key).first() or _registered_named(value)
+    if registered is not None and user is not None and not (
+            selectors.models_visible_to(user).filter(pk=registered.pk).exists()):
+        raise ValidationError(f"{value!r} is not a known model; give {_accepted_models()}")
     if registered is not None:
         return _resolved_registered(registered)
     if local:
@@ -189,14 +195,15 @@ def _free_name(preferred: str, path: str) -> str:
     return path if ModelRef.objects.filter(name=preferred).exclude(path=path).exists() else preferred
 
 
-def model_register(*, path: str, name: str = "") -> ModelRef:
-    """Register a model named as `model_resolve` accepts; registering a registered one returns its row."""
+def model_register(*, path: str, name: str = "", user: AbstractBaseUser | None = None) -> ModelRef:
+    """Register a model named as `model_resolve` accepts (as `user` sees them); registering a registered one
+    returns its row."""
     for field, value in (("path", path), ("name", name)):
         problem = typed_text_problem(value, max_length=ModelRef._meta.get_field(field).max_length or 1000)
         if problem:
             raise ValidationError({field: f"the {field} {problem}"})
     try:
-        resolved = model_resolve(path)
+        resolved = model_resolve(path, user=user)
     except ValidationError as error:
         raise ValidationError({"path": error.messages}) from None
     if resolved.registered is not None:
@@ -357,13 +364,18 @@ def _queue(run: Run, *, on_failure: Callable[[str], None]) -> None:
     publish_on_commit(run_training_task, kind=RUN_MESSAGE_KIND, object_id=run.pk, on_failure=on_failure)
 
 
+def _queue_before_commit(run: Run) -> None:
+    """Mark the run queued now and publish its message before the caller's transaction commits: a broker that
+    cannot be reached undoes it all (QueueUnavailable reaches the caller), so a resumed run stays as it was."""
+    from workers.tasks import run_training as run_training_task
+
+    Run.objects.filter(pk=run.pk).update(queued_at=timezone.now())
+    publish_before_commit(run_training_task, kind=RUN_MESSAGE_KIND, object_id=run.pk)
+
+
 def _forget_unqueued_run(run_id: int) -> Callable[[str], None]:
     """A new run that could not be queued is removed: the user is told, and no 'queued' row waits for ever."""
     return lambda reason: Run.objects.filter(pk=run_id, status=Status.QUEUED).delete()
-
-
-def _fail_unqueued_run(run_id: int) -> Callable[[str], None]:
-    return lambda reason: run_fail(run_id=run_id, error=f"could not be queued: {reason}")
 
 
 def runs_requeue_lost(*, message_ids: set[str], now: datetime | None = None) -> list[int]:
@@ -387,6 +399,7 @@ def run_create(
 ) -> Run:
     """Validate the config with the trainer's dataclass and against its data, store the run and queue it once
     committed."""
+    _models_check(config, user=created_by)
     checked = _validated_config(kind, config, str(settings.RUNS_DIR / "new"))
     data_source_check(kind, data_source)
     _data_size_check(kind, checked, data_source)
@@ -400,6 +413,19 @@ def run_create(
     run.save(update_fields=["config"])
     _queue(run, on_failure=_forget_unqueued_run(run.pk))
     return run
+
+
+def _models_check(config: Mapping[str, Any], *, user: AbstractBaseUser | None) -> None:
+    """A run's models are models its launcher sees: another team's checkpoint is refused as an unknown model."""
+    if user is None:
+        return
+    for field in MODEL_FIELDS:
+        value = config.get(field)
+        if isinstance(value, str) and value.strip():
+            try:
+                model_resolve(value, user=user)
+            except ValidationError as error:
+                raise ValidationError({field: error.messages}) from None
 
 
 def _set_aside_stale_output(output_dir: Path) -> None:
@@ -470,7 +496,8 @@ def runs_fail_stale(*, now: datetime | None = None) -> list[int]:
 
 @transaction.atomic
 def run_resume(*, run_id: int, checkpoint_id: int, remove_later: bool = False) -> Run:
-    """Continue a finished run from one of its checkpoints: later rows are rewound, the step axis continues.
+    """Continue a finished run from one of its checkpoints: later rows are rewound, the step axis continues. If
+    the broker cannot be reached nothing changes (QueueUnavailable): its status, rows and checkpoints stay.
 
     The run's checkpoints after the chosen one belong to the abandoned branch: they are removed (rows and
     directories) only when `remove_later` confirms it, and never while another run uses one as a model."""
@@ -505,7 +532,7 @@ def run_resume(*, run_id: int, checkpoint_id: int, remove_later: bool = False) -
         checkpoint_path=checkpoint.path,
         alerts=[alert for alert in run.alerts if alert.get("step", 0) <= checkpoint.step and alert["kind"] != "stale_heartbeat"],
     )
-    _queue(run, on_failure=_fail_unqueued_run(run.pk))
+    _queue_before_commit(run)
     run.refresh_from_db()
     return run
 
@@ -682,15 +709,15 @@ def run_launch(
     if data_source.get("type") == "upload":
         raise ValidationError({"data_source": "an uploaded file is given through the launch form; here, choose "
                                               "arithmetic or a project's pairs or prompts"})
-    _project_check(data_source)
+    _project_check(data_source, user=created_by)
     return run_create(kind=kind, config=config, data_source=data_source, created_by=created_by, name=name)
 
 
-def _project_check(data_source: Mapping[str, Any]) -> None:
-    """The form offers existing projects only."""
+def _project_check(data_source: Mapping[str, Any], *, user: AbstractBaseUser | None) -> None:
+    """The form offers the projects its user reaches only; another is refused as one that does not exist."""
     project_id = data_source.get("project_id")
     is_project = str(data_source.get("type", "")).startswith("project_") and isinstance(project_id, int)
-    if is_project and selectors.project_name(project_id) is None:
+    if is_project and not selectors.project_reachable(project_id, user=user):
         raise ValidationError({"project": f"there is no project {project_id}"})
 
 
@@ -732,6 +759,7 @@ def run_fork(
     _name_check(name)
     _refuse_fields_the_form_hides(parent.kind, config or {})
     _config_texts_check(config or {})
+    _project_check(parent.data_source, user=created_by)
     inherited = {key: value for key, value in parent.config.items() if key not in SERVICE_FIELDS}
     return run_create(kind=parent.kind, config={**inherited, **(config or {})}, data_source=parent.data_source,
                       created_by=created_by, name=name.strip() or f"{parent.name} (fork)", parent=parent)
@@ -901,7 +929,7 @@ def external_run_create(
         _whole_number_field("total_steps", total_steps, minimum=1, maximum=STEP_MAX)
     data_source: dict[str, Any] = {"type": EXTERNAL_KIND}
     if project_id is not None:
-        if not isinstance(project_id, int) or selectors.project_name(project_id) is None:
+        if not isinstance(project_id, int) or not selectors.project_reachable(project_id, user=created_by):
             raise ValidationError({"project_id": f"there is no project {_shown(project_id)}"})
         data_source["project_id"] = project_id
     now = timezone.now()
@@ -1040,3 +1068,22 @@ def external_run_finish(*, run_id: int, status: str, error: str = "") -> Run:
         _transition(run.pk, status, only_from=Status.RUNNING, finished_at=timezone.now(), error=storable_text(error))
     run.refresh_from_db()
     return run
+
+
+# --- periodic jobs ---------------------------------------------------------------------------------------
+
+# A tick this fraction of a period or less after the last act is another beat's, and does nothing. Above one half,
+# so two beats ticking at any phase act once per period between them; a quarter of a period is left for a tick's
+# delivery to run late.
+PERIODIC_CLAIM_FRACTION = 0.75
+_NEVER = datetime(2000, 1, 1, tzinfo=UTC)
+
+
+def periodic_job_claim(*, name: str, every_s: float) -> bool:
+    """Whether this tick of the periodic job `name` should act: True (and the act recorded) unless the job acted
+    less than PERIODIC_CLAIM_FRACTION of `every_s` ago. One conditional UPDATE, by the database's clock: of two beats
+    ticking at once, exactly one gets it (Postgres re-checks the condition on the row the other one updated; SQLite
+    has one writer)."""
+    PeriodicJobClaim.objects.get_or_create(name=name, defaults={"acted_at": _NEVER})
+    due = Now() - timedelta(seconds=every_s * PERIODIC_CLAIM_FRACTION)
+    return bool(PeriodicJobClaim.objects.filter(name=name, acted_at__lte=due).update(acted_at=Now(), acts=F("acts") + 1))

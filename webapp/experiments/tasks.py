@@ -1,4 +1,5 @@
-"""The light periodic job, run by celery beat on the default-queue worker: webapp.jobs.jobs_reconcile."""
+"""The light periodic job, run by celery beat on the default-queue worker: webapp.jobs.jobs_reconcile, once a
+period however many beats tick."""
 
 from django.conf import settings
 
@@ -8,11 +9,12 @@ RECONCILE_TASK = "webapp.experiments.tasks.reconcile_jobs"
 
 
 @app.task(name=RECONCILE_TASK)
-def reconcile_jobs() -> dict[str, list[int]]:
-    """Fail stale runs and sampling jobs, queue again the queued ones whose message is gone; returns their ids."""
-    from webapp.jobs import jobs_reconcile
+def reconcile_jobs() -> dict[str, list[int]] | None:
+    """Fail stale runs and sampling jobs, queue again the queued ones whose message is gone; returns their ids
+    (None: another beat's tick acted less than a period ago)."""
+    from webapp.jobs import jobs_reconcile_once_per_period
 
-    return jobs_reconcile()
+    return jobs_reconcile_once_per_period()
 
 
 app.conf.beat_schedule = {

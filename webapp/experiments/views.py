@@ -48,10 +48,15 @@ def _chart_runs(runs: list[Run]) -> str:
 RUN_FILTERS = ("status", "kind", "query")
 
 
+def _run(request: HttpRequest, run_id: int) -> Run:
+    """The run if the user reaches it (selectors.runs_visible_to); 404 otherwise, as for a run that does not exist."""
+    return get_object_or_404(selectors.runs_visible_to(request.user).select_related("created_by", "parent"), pk=run_id)
+
+
 def _run_rows_context(request: HttpRequest) -> dict:
     filters = {key: request.GET.get(key, "").strip() for key in RUN_FILTERS}
     return {
-        "summaries": selectors.run_summaries(selectors.runs_list(**filters)[:200]),
+        "summaries": selectors.run_summaries(selectors.runs_list(user=request.user, **filters)[:200]),
         "filters": filters,
         "filtered": any(filters.values()),
     }
@@ -82,7 +87,7 @@ def run_launch(request: HttpRequest) -> HttpResponse:
         if parent_id is None:
             return HttpResponseBadRequest(f"fork: a run number is expected, not {fork[:40]!r}",
                                           content_type="text/plain; charset=utf-8")
-        parent = get_object_or_404(Run, pk=parent_id)
+        parent = _run(request, parent_id)
         if parent.is_external:
             return HttpResponseBadRequest(f"run #{parent.pk} is an external run, logged by its own program: it has "
                                           "no config to fork", content_type="text/plain; charset=utf-8")
@@ -98,7 +103,7 @@ def run_launch(request: HttpRequest) -> HttpResponse:
     except ConfigError as error:
         raise Http404(error.message) from error
     if request.method == "POST":
-        form = LaunchForm(request.POST, request.FILES, kind=kind, initial_config=initial_config)
+        form = LaunchForm(request.POST, request.FILES, kind=kind, initial_config=initial_config, user=request.user)
         run = _launch(request, form, parent)
         if run is not None:
             # run_detail.js drops this message once the run's status is no longer "queued"
@@ -112,9 +117,9 @@ def run_launch(request: HttpRequest) -> HttpResponse:
         initial = {"name": f"{parent.name} (fork)"} if parent else {}
         if parent and parent.data_source.get("type") == "arithmetic":
             initial.update(level=parent.data_source["level"], size=parent.data_source["size"])
-        form = LaunchForm(kind=kind, initial_config=initial_config, initial=initial)
+        form = LaunchForm(kind=kind, initial_config=initial_config, initial=initial, user=request.user)
     context = {"form": form, "kind": kind, "kinds": kinds, "parent": parent, "preset": preset,
-               "presets": presets, "has_models": ModelRef.objects.exists()}
+               "presets": presets, "has_models": selectors.models_visible_to(request.user).exists()}
     return render(request, "experiments/run_launch.html", context, status=status)
 
 
@@ -170,7 +175,7 @@ def _run_context(run: Run, step: int | None = None, resume: str = "") -> dict:
 
 @researcher_required
 def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
-    run = get_object_or_404(Run.objects.select_related("created_by", "parent"), pk=run_id)
+    run = _run(request, run_id)
     context = {**_run_context(run, resume=request.GET.get("resume", "")), "chart_runs_json": _chart_runs([run]),
                "config_items": sorted(run.config.items())}
     return render(request, "experiments/run_detail.html", context)
@@ -179,7 +184,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
 @researcher_required
 def run_status(request: HttpRequest, run_id: int) -> HttpResponse:
     """htmx fragment polled by the run page: status, progress, alerts, error and actions."""
-    run = get_object_or_404(Run, pk=run_id)
+    run = _run(request, run_id)
     response = render(request, "experiments/run_detail.html#status", _run_context(run))
     if request.htmx and not run.is_active:
         response.status_code = HTMX_STOP_POLLING
@@ -188,7 +193,7 @@ def run_status(request: HttpRequest, run_id: int) -> HttpResponse:
 
 @researcher_required
 def run_samples(request: HttpRequest, run_id: int) -> HttpResponse:
-    run = get_object_or_404(Run, pk=run_id)
+    run = _run(request, run_id)
     step = request.GET.get("step")
     context = _run_context(run, whole_number(step) if step else None)
     return render(request, "experiments/run_detail.html#samples", context)
@@ -196,7 +201,7 @@ def run_samples(request: HttpRequest, run_id: int) -> HttpResponse:
 
 @researcher_required
 def run_metrics(request: HttpRequest, run_id: int) -> JsonResponse:
-    run = get_object_or_404(Run, pk=run_id)
+    run = _run(request, run_id)
     x_axis = request.GET.get("x", "step")
     if x_axis not in selectors.X_AXES:
         raise Http404(f"x must be one of {', '.join(selectors.X_AXES)}")
@@ -216,7 +221,7 @@ def run_metrics(request: HttpRequest, run_id: int) -> JsonResponse:
 @researcher_required
 @require_POST
 def run_cancel(request: HttpRequest, run_id: int) -> HttpResponse:
-    run = get_object_or_404(Run, pk=run_id)
+    run = _run(request, run_id)
     services.run_cancel(run_id=run.pk)
     if request.htmx:
         return run_status(request, run_id)
@@ -226,7 +231,7 @@ def run_cancel(request: HttpRequest, run_id: int) -> HttpResponse:
 @researcher_required
 @require_POST
 def run_resume(request: HttpRequest, run_id: int) -> HttpResponse:
-    run = get_object_or_404(Run, pk=run_id)
+    run = _run(request, run_id)
     checkpoint = request.POST.get("checkpoint", "")
     try:
         with transaction.atomic():
@@ -245,12 +250,12 @@ def run_resume(request: HttpRequest, run_id: int) -> HttpResponse:
 @researcher_required
 def run_compare(request: HttpRequest) -> HttpResponse:
     ids = [number for part in request.GET.getlist("runs") if (number := whole_number(part)) is not None][:COMPARE_LIMIT]
-    runs = list(Run.objects.filter(pk__in=ids).order_by("pk"))
+    runs = list(selectors.runs_visible_to(request.user).filter(pk__in=ids).order_by("pk"))
     context = {
         "runs": runs,
         "chart_runs_json": _chart_runs(runs),
         "diff": selectors.config_diff(runs) if len(runs) > 1 else [],
-        "choices": selectors.runs_list()[:50],
+        "choices": selectors.runs_list(user=request.user)[:50],
     }
     return render(request, "experiments/run_compare.html", context)
 
@@ -260,10 +265,11 @@ def model_list(request: HttpRequest) -> HttpResponse:
     error = ""
     if request.method == "POST":
         try:
-            model = services.model_register(path=request.POST.get("path", ""), name=request.POST.get("name", ""))
+            model = services.model_register(path=request.POST.get("path", ""), name=request.POST.get("name", ""),
+                                            user=request.user)
             messages.success(request, f"Model {model.name} registered.")
             return redirect("experiments:models")
         except ValidationError as validation_error:
             error = "; ".join(validation_error.messages)
-    context = {"models": selectors.models_list(), "error": error, "posted": request.POST}
+    context = {"models": selectors.models_list(request.user), "error": error, "posted": request.POST}
     return render(request, "experiments/model_list.html", context)

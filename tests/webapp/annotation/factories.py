@@ -15,12 +15,13 @@ def make_project(
     overlap: int = 1,
     mode: str = Project.Mode.RANKING,
     members: list[User] | None = None,
+    owner: User | None = None,
     name: str = "Test project",
     texts: list[list[str]] | None = None,
 ) -> Project:
     project = services.project_create(
         name=name, mode=mode, responses_per_item=responses, annotators_per_item=overlap,
-        guidelines="Prefer **correct** answers.", members=members or [],
+        guidelines="Prefer **correct** answers.", members=members or [], owner=owner,
     )
     rows = texts or [[f"answer {item}-{index}" for index in range(responses)] for item in range(items)]
     records = [

@@ -31,10 +31,11 @@ def _import(project, *rows) -> None:
 
 
 @pytest.fixture
-def chat_project():
-    """One conversation with two responses ranked (blue > green), and one imported conversational pair."""
+def chat_project(researcher):
+    """One conversation with two responses ranked (blue > green), and one imported conversational pair; the
+    researcher's project."""
     (annotator,) = make_annotators(1)
-    project = services.project_create(name="Chat", responses_per_item=2, members=[annotator])
+    project = services.project_create(name="Chat", responses_per_item=2, members=[annotator], owner=researcher)
     _import(project,
             {"id": "ranked", "prompt": CONVERSATION, "responses": ["Blue.", "Green."]},
             {"id": "pair", "prompt": [{"role": "user", "content": "2+2?"}],

@@ -15,10 +15,11 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def ranked_over_an_empty_response():
-    """One item with 'good', 'bad' and a sampled response of only whitespace, ranked good > empty > bad."""
+def ranked_over_an_empty_response(researcher):
+    """One item with 'good', 'bad' and a sampled response of only whitespace, ranked good > empty > bad; the
+    researcher's project."""
     (annotator,) = make_annotators(1)
-    project = make_project(items=1, responses=3, texts=[["good", "bad"]], members=[annotator])
+    project = make_project(items=1, responses=3, texts=[["good", "bad"]], members=[annotator], owner=researcher)
     prompt = project.prompts.get()
     services.responses_add(prompt_id=prompt.pk, texts=[" \n\t"], source=Response.Source.MODEL, source_detail={})
     lease = services.assignment_lease_next(project=project, annotator=annotator)

@@ -18,7 +18,8 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def ranked_project(researcher):
     (annotator,) = make_annotators(1)
-    project = make_project(items=1, texts=[["=HYPERLINK(1)", "plain", "@SUM(A1)"]], members=[annotator])
+    project = make_project(items=1, texts=[["=HYPERLINK(1)", "plain", "@SUM(A1)"]], members=[annotator],
+                           owner=researcher)
     lease = services.assignment_lease_next(project=project, annotator=annotator)
     by_text = {r.text: r.pk for r in responses_shown(prompt=lease.prompt, annotator=annotator)}
     tiers = [[by_text["plain"]], [by_text["=HYPERLINK(1)"]], [by_text["@SUM(A1)"]]]

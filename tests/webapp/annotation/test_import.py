@@ -29,9 +29,9 @@ MIXED = _jsonl(
 
 
 @pytest.fixture
-def project(settings, tmp_path):
+def project(settings, tmp_path, researcher):
     settings.DATA_DIR = tmp_path
-    return services.project_create(name="Import", responses_per_item=3)
+    return services.project_create(name="Import", responses_per_item=3, owner=researcher)
 
 
 def test_every_shape_is_imported(project):

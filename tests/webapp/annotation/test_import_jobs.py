@@ -30,9 +30,9 @@ MIXED = _jsonl(
 
 
 @pytest.fixture
-def project(settings, tmp_path):
+def project(settings, tmp_path, researcher):
     settings.DATA_DIR = tmp_path
-    return services.project_create(name="Jobs", responses_per_item=3)
+    return services.project_create(name="Jobs", responses_per_item=3, owner=researcher)
 
 
 def _upload(client, project, data: bytes, name: str = "prompts.jsonl", file_format: str = "auto"):

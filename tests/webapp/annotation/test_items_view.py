@@ -31,11 +31,11 @@ def _answer(project, item: int, annotator, order: list[str] | None, *, all_bad: 
 
 
 @pytest.fixture
-def answered():
+def answered(researcher):
     """Item 0: ann0 and ann1 disagree on the best. Item 1: they agree. Item 2: ann0 all bad, ann1 ranks.
-    Item 3: ann0 skips. Item 4: nobody yet."""
+    Item 3: ann0 skips. Item 4: nobody yet. The researcher's project."""
     ann0, ann1 = make_annotators(2)
-    project = make_project(items=5, responses=3, overlap=2, members=[ann0, ann1])
+    project = make_project(items=5, responses=3, overlap=2, members=[ann0, ann1], owner=researcher)
     _answer(project, 0, ann0, ["0", "1", "2"], rationale="0 is right")
     _answer(project, 0, ann1, ["1", "0", "2"], rationale="1 is clearer")
     _answer(project, 1, ann0, ["0", "1", "2"])
@@ -80,10 +80,10 @@ def test_an_item_side_by_side(answered, researcher_client):
     assert "skipped" in skipped.content.decode()
 
 
-def test_the_list_pages_and_marks_disputed_items(answered, researcher_client):
+def test_the_list_pages_and_marks_disputed_items(answered, researcher, researcher_client):
     page = researcher_client.get(f"/projects/{answered.pk}/items/", {"status": "disputed"}).content.decode()
     assert page.count('class="badge disputed"') == 2 and "2 items" in page
-    other = make_project(name="Big", items=30, responses=2)
+    other = make_project(name="Big", items=30, responses=2, owner=researcher)
     first = researcher_client.get(f"/projects/{other.pk}/items/", {"q": "Question"}).content.decode()
     assert "page 1 of 2" in first and "q=Question&amp;status=all&amp;page=2" in first
     second = researcher_client.get(f"/projects/{other.pk}/items/", {"q": "Question", "page": 2}).content.decode()

@@ -65,14 +65,15 @@ def test_annotators_see_only_their_projects_and_their_own_progress(annotator_cli
                             tiers=[[r.pk] for r in responses_shown(prompt=lease.prompt, annotator=other)])
     page = annotator_client.get("/annotate/").content.decode()
     assert "Mine" in page and "Not mine" not in page and "ann0" not in page
-    assert annotator_client.get(f"/annotate/{Project.objects.get(name='Not mine').pk}/").status_code == 403
+    # a project not theirs is answered as one that does not exist, as for researchers (test_project_ownership.py)
+    assert annotator_client.get(f"/annotate/{Project.objects.get(name='Not mine').pk}/").status_code == 404
     assert annotator_client.get(f"/projects/{mine.pk}/").status_code == 403
     assert annotator_client.get(f"/projects/{mine.pk}/export/rankings.jsonl/").status_code == 403
 
 
-def test_model_paths_outside_the_model_roots_are_refused(researcher_client, settings, tmp_path):
+def test_model_paths_outside_the_model_roots_are_refused(researcher_client, researcher, settings, tmp_path):
     settings.MODEL_ROOTS = [tmp_path / "models"]
-    project = make_project()
+    project = make_project(owner=researcher)
     response = researcher_client.post(f"/projects/{project.pk}/sample/", {
         "model_path": "/etc", "responses_per_prompt": 2, "max_new_tokens": 8, "temperature": 1, "top_p": 1, "seed": 0,
     }, HTTP_HX_REQUEST="true")

@@ -16,7 +16,7 @@ SETTINGS = {"responses_per_prompt": 2, "max_new_tokens": 8, "temperature": 1.0, 
 def test_sampling_fills_prompts_and_reports_progress(celery_worker_factory, tiny_model_dir, settings, client, researcher):
     root = str(tiny_model_dir.parent)
     settings.MODEL_ROOTS = [tiny_model_dir.parent]
-    project = services.project_create(name="Sampled", responses_per_item=2)
+    project = services.project_create(name="Sampled", responses_per_item=2, owner=researcher)
     records = [ImportRecord(line=i, external_id=f"p{i}", text=f"Calculate {i} + 2\n") for i in range(3)]
     services.prompts_import(project=project, records=records)
     celery_worker_factory(queues=("gpu",), PREFLAB_MODEL_ROOTS=root, OMP_NUM_THREADS="1")

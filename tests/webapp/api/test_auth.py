@@ -124,7 +124,7 @@ def test_no_log_record_holds_a_token(caplog, settings, researcher, api, annotato
     unknown = "pfl_" + "y" * 40
     caplog.set_level(logging.DEBUG)
 
-    project = make_project(items=1, responses=2)
+    project = make_project(items=1, responses=2, owner=researcher)
     assert api.get("/projects").status_code == 200
     assert api.post("/projects", {"name": "logged"}).status_code == 201
     assert api.get("/projects/0").status_code == 404

@@ -44,8 +44,8 @@ def page_export(researcher_client, project, strategy: str = "all") -> bytes:
     return b"".join(response.streaming_content)
 
 
-def test_prompts_with_their_responses_in_pages(api):
-    project = make_project(items=9, responses=3)
+def test_prompts_with_their_responses_in_pages(api, researcher):
+    project = make_project(items=9, responses=3, owner=researcher)
     Prompt.objects.filter(project=project, external_id="item-1").update(
         reference_answer="42", metadata={"topic": "maths"}, messages=[{"role": "user", "content": "Question 1?"}])
     items = all_items(api, f"/projects/{project.pk}/prompts")
@@ -63,8 +63,8 @@ def test_prompts_with_their_responses_in_pages(api):
     assert api.get("/projects/999999/prompts").status_code == 404
 
 
-def test_responses_added_as_a_sampling_job_adds_them(api):
-    project = make_project(items=0)
+def test_responses_added_as_a_sampling_job_adds_them(api, researcher):
+    project = make_project(items=0, owner=researcher)
     services.prompts_import(project=project, records=[ImportRecord(line=1, external_id="q", text="Q?")])
     prompt = Prompt.objects.get()
     response = api.post(f"/prompts/{prompt.pk}/responses",
@@ -90,8 +90,8 @@ def test_responses_added_as_a_sampling_job_adds_them(api):
     ({"texts": ["a"], "detail": {"k": "nul\u0000"}}, "detail.k"),
     ({"texts": ["a"], "detail": {"list": [1, {"n\u0000": 1}]}}, "detail.list[1]"),
 ])
-def test_refused_responses_write_nothing(api, body, field):
-    project = make_project(items=1, responses=2)
+def test_refused_responses_write_nothing(api, researcher, body, field):
+    project = make_project(items=1, responses=2, owner=researcher)
     prompt = project.prompts.get()
     response = api.post(f"/prompts/{prompt.pk}/responses", body)
     assert response.status_code == 422 and response.json()["detail"].startswith(f"{field}: ")
@@ -103,9 +103,9 @@ def test_responses_to_an_unknown_prompt(api):
     assert response.status_code == 404 and not Response.objects.exists()
 
 
-def test_rankings_are_the_exports_rows(api, researcher_client):
+def test_rankings_are_the_exports_rows(api, researcher, researcher_client):
     first, second = make_annotators(2)
-    project = make_project(items=5, responses=4, members=[first, second], overlap=2)
+    project = make_project(items=5, responses=4, members=[first, second], overlap=2, owner=researcher)
     assert rank_all(project, first) == 5 and rank_all(project, second, reverse=True) == 5
     items = all_items(api, f"/projects/{project.pk}/rankings")
     assert len(items) == 10
@@ -116,7 +116,7 @@ def test_rankings_are_the_exports_rows(api, researcher_client):
 @pytest.fixture
 def ranked(researcher):
     (annotator,) = make_annotators(1)
-    project = make_project(items=6, responses=4, members=[annotator])
+    project = make_project(items=6, responses=4, members=[annotator], owner=researcher)
     services.prompts_import(project=project, records=[
         ImportRecord(line=1, external_id="pair", text="Imported pair?", chosen="yes", rejected="no")])
     assert rank_all(project, annotator) == 6

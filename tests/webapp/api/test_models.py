@@ -55,8 +55,9 @@ def test_a_taken_name_is_refused(api, model_dir):
     assert ModelRef.objects.count() == 1
 
 
-def test_models_in_pages_with_their_runs(api):
-    run = Run.objects.create(name="r", kind="sft", config={}, data_source={}, status=Run.Status.SUCCEEDED)
+def test_models_in_pages_with_their_runs(api, researcher):
+    run = Run.objects.create(name="r", kind="sft", config={}, data_source={}, status=Run.Status.SUCCEEDED,
+                             created_by=researcher)
     for index in range(3):
         ModelRef.objects.create(name=f"base {index}", path=f"org/m{index}", source=ModelRef.Source.HUB)
     checkpoint = ModelRef.objects.create(name="run r step 8", path="/runs/1/step-8", source=ModelRef.Source.CHECKPOINT,

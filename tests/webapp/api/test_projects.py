@@ -67,9 +67,9 @@ def test_a_form_body_is_refused_not_failed(api):
     assert not Project.objects.exists()
 
 
-def test_projects_come_in_pages(api):
+def test_projects_come_in_pages(api, researcher):
     for index in range(5):
-        services.project_create(name=f"p{index}")
+        services.project_create(name=f"p{index}", owner=researcher)
     first = api.get("/projects", {"limit": 2}).json()
     assert first["count"] == 5 and first["next"] == 2 and [p["name"] for p in first["items"]] == ["p4", "p3"]
     second = api.get("/projects", {"limit": 2, "offset": 2}).json()
@@ -81,9 +81,9 @@ def test_projects_come_in_pages(api):
     assert len(api.get("/projects").json()["items"]) == 5
 
 
-def test_a_project_with_its_progress_and_agreement(api):
+def test_a_project_with_its_progress_and_agreement(api, researcher):
     first, second = make_annotators(2)
-    project = make_project(items=1, responses=3, overlap=2, members=[first, second])
+    project = make_project(items=1, responses=3, overlap=2, members=[first, second], owner=researcher)
     for annotator, reverse in ((first, False), (second, True)):
         lease = services.assignment_lease_next(project=project, annotator=annotator)
         ids = sorted(response.pk for response in lease.prompt.responses.all())
@@ -109,8 +109,8 @@ def test_a_project_with_its_progress_and_agreement(api):
     assert api.get("/projects/999999").status_code == 404
 
 
-def test_members_in_and_out(api, annotator):
-    project = make_project(items=1, members=[annotator])
+def test_members_in_and_out(api, annotator, researcher):
+    project = make_project(items=1, members=[annotator], owner=researcher)
     assert api.get(f"/projects/{project.pk}/members").json() == [{"username": "abel", "role": "annotator"}]
 
     newcomer = User.objects.create_user(username="nina", password="pw-long-enough-1")  # no role yet

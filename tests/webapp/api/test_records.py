@@ -24,8 +24,8 @@ def ndjson(rows: list[dict]) -> bytes:
 
 
 @pytest.fixture
-def project():
-    return make_project(items=0, name="Imports")
+def project(researcher):
+    return make_project(items=0, name="Imports", owner=researcher)
 
 
 def rows_of(project) -> tuple[int, int, int]:

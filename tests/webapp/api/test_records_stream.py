@@ -22,7 +22,7 @@ SEND_CHUNK = 64 * 2**10
 
 
 def test_a_28_mb_ndjson_body_is_imported_without_holding_it(live_server, researcher, tmp_path):
-    project = make_project(items=0, name="Streamed")
+    project = make_project(items=0, name="Streamed", owner=researcher)
     _, token = api_token_create(user=researcher, name="stream")
     body_path = tmp_path / "records.ndjson"
     with body_path.open("w") as body:

@@ -104,8 +104,9 @@ def test_a_finished_run_is_cached_until_rows_are_written_and_a_running_run_never
     assert selectors.metric_series(run_id=running.pk)["last_step"] == 11 and len(reads) == 6
 
 
-def test_only_the_asked_metrics_are_returned(researcher_client):
+def test_only_the_asked_metrics_are_returned(researcher_client, researcher):
     run = _run(Run.Status.RUNNING)
+    Run.objects.filter(pk=run.pk).update(created_by=researcher)  # the researcher's run
     _write(run, range(1, 21))
     answer = researcher_client.get(f"/runs/{run.pk}/metrics?metric=loss&metric=late&metric=unknown").json()
     assert list(answer["series"]) == ["loss"] and answer["last_step"] == 20

@@ -41,8 +41,8 @@ def _offered(form: LaunchForm, field: str) -> list[str]:
     return paths
 
 
-def test_policy_and_reference_fields_offer_causal_lms_newest_checkpoint_first(registry):
-    form = LaunchForm(kind="dpo")
+def test_policy_and_reference_fields_offer_causal_lms_newest_checkpoint_first(registry, researcher):
+    form = LaunchForm(kind="dpo", user=researcher)
     paths = [registry[name].path for name in ("hub", "tiny", "dpo-5", "sft-4", "sft-2")]
     assert _offered(form, "model") == ["", *paths]
     assert _offered(form, "reference_model") == ["", *paths]
@@ -50,15 +50,15 @@ def test_policy_and_reference_fields_offer_causal_lms_newest_checkpoint_first(re
     assert "(hub id, kind unknown)" in dict(form.fields["model"].choices[1][1])[registry["hub"].path]
 
 
-def test_reward_model_and_critic_fields_offer_classifiers_only(registry):
+def test_reward_model_and_critic_fields_offer_classifiers_only(registry, researcher):
     expected = ["", *(registry[name].path for name in ("hub", "scorer", "reward_model-3"))]
-    assert _offered(LaunchForm(kind="grpo"), "reward_model") == expected
-    assert _offered(LaunchForm(kind="ppo"), "critic_model") == expected
-    assert LaunchForm(kind="grpo").fields["reward_model"].choices[0] == ("", "— none —")
+    assert _offered(LaunchForm(kind="grpo", user=researcher), "reward_model") == expected
+    assert _offered(LaunchForm(kind="ppo", user=researcher), "critic_model") == expected
+    assert LaunchForm(kind="grpo", user=researcher).fields["reward_model"].choices[0] == ("", "— none —")
 
 
-def test_sampling_suggests_causal_lms_only(registry):
-    names = [model.name for model in SamplingForm.known_models()]
+def test_sampling_suggests_causal_lms_only(registry, researcher):
+    names = [model.name for model in SamplingForm(user=researcher).known_models()]
     assert names == [registry[name].name for name in ("hub", "tiny", "dpo-5", "sft-4", "sft-2")]
 
 

@@ -4,7 +4,6 @@ The terminal shows one summary block once everything is up (address, demo accoun
 only warnings and errors; each process's full output goes to a file under `<data dir>/logs/`.
 """
 
-import ctypes
 import os
 import re
 import signal
@@ -22,11 +21,9 @@ from django.core.management.base import BaseCommand, CommandError
 from webapp.management.commands.seed_demo import demo_accounts_file
 from webapp.process_logs import relay
 from workers.app import DEFAULT_QUEUE, GPU_QUEUE
+from workers.parent_death import die_with_parent
 
 READY_TIMEOUT_S = 90.0
-PR_SET_PDEATHSIG = 1
-# Resolved before any fork: the child, between fork and exec, only calls it.
-_PRCTL = getattr(ctypes.CDLL(None, use_errno=True), "prctl", None) if sys.platform == "linux" else None
 
 
 class StopRequested(Exception):
@@ -37,10 +34,6 @@ def _stop_requested(signum: int, _frame: object) -> None:
     raise StopRequested(signal.Signals(signum).name)
 
 
-def _die_with_parent() -> None:
-    """On Linux the child is sent SIGTERM when serve dies, even by SIGKILL: no orphan keeps the port or the GPU."""
-    if _PRCTL is not None:
-        _PRCTL(PR_SET_PDEATHSIG, signal.SIGTERM)
 _WORKER_READY = re.compile(r"@\S+ ready\.")
 
 
@@ -48,7 +41,7 @@ def worker_commands() -> dict[str, list[str]]:
     celery = [sys.executable, "-m", "celery", "-A", "workers", "worker", "--loglevel", "INFO"]
     return {
         # Light web-side jobs never wait behind a training run. -B: this worker also runs celery beat (the
-        # periodic reconcile of jobs: stale heartbeats, lost messages).
+        # periodic reconcile of jobs: stale heartbeats, lost messages), a child process that dies with it.
         f"worker-{DEFAULT_QUEUE}": [
             *celery, "-Q", DEFAULT_QUEUE, "--pool", "threads", "--concurrency", "2", "-n", f"{DEFAULT_QUEUE}@%h",
             "-B", "--schedule", str(settings.DATA_DIR / "celerybeat-schedule"),
@@ -93,9 +86,10 @@ class Command(BaseCommand):
             _stop([item.process for item in started])
 
     def _start(self, name: str, command: list[str], log_dir: Path) -> Started:
+        # On Linux each child is sent SIGTERM when serve dies, even by SIGKILL: no orphan keeps the port or the GPU
         process = subprocess.Popen(
             command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"}, preexec_fn=_die_with_parent,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"}, preexec_fn=die_with_parent,
         )
         item = Started(name, process, log_dir / f"{name}.log")
         item.log_path.write_text("")  # each start begins a fresh log
