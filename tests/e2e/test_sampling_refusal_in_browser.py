@@ -18,7 +18,7 @@ def test_a_seed_of_2_to_the_70_comes_back_on_its_field_and_nothing_is_queued(
 ):
     settings.MODEL_ROOTS = tiny_model_roots(tiny_model_dir)
     model = register_tiny_model(tiny_model_dir)
-    project = services.project_create(name="Refused seed", responses_per_item=2)
+    project = services.project_create(name="Refused seed", responses_per_item=2, owner=researcher)
     services.prompts_import(project=project, records=[ImportRecord(line=1, external_id="p1", text="Calculate 1 + 3\n")])
 
     log_in(page, live_server, "rita", "rita-password-1")

@@ -103,9 +103,9 @@ def test_non_finite_numbers_and_the_other_kinds_bounds_are_refused_by_the_api_na
 
 
 def test_the_sampling_form_refuses_a_seed_of_2_to_the_70_on_its_field_and_queues_nothing(
-    researcher_client, tiny_model, django_capture_on_commit_callbacks
+    researcher_client, researcher, tiny_model, django_capture_on_commit_callbacks
 ):
-    project = make_project()
+    project = make_project(owner=researcher)
     settings = {"model_path": tiny_model.path, "responses_per_prompt": 2, "max_new_tokens": 8, "temperature": 1,
                 "top_p": 1}
     with django_capture_on_commit_callbacks() as published:
@@ -139,7 +139,7 @@ def test_the_sampling_service_checks_the_settings_whoever_calls_it(tiny_model, r
 
     good = {"responses_per_prompt": 2, "max_new_tokens": 8, "temperature": 1.0, "top_p": 1.0, "seed": 0}
     with pytest.raises(ValidationError) as refused:
-        services.sampling_job_create(project=make_project(), model_path=tiny_model.path,
+        services.sampling_job_create(project=make_project(owner=researcher), model_path=tiny_model.path,
                                      generation_settings={**good, **generation}, created_by=researcher)
     ((field, (message,)),) = refused.value.message_dict.items()
     assert field == next(iter(generation)) and detail in message
