@@ -6,15 +6,21 @@ views stay thin: parse with a schema, authorise, call a service or a selector.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
+
 from django.http import HttpRequest, HttpResponse
 from django.http.request import RawPostDataException
 from django.urls import URLPattern
 from ninja import NinjaAPI
-from ninja.errors import ValidationError
+from ninja.errors import HttpError, ValidationError
+from pydantic import BaseModel
 
 from webapp.api import data, external, projects, registry, runs
 from webapp.api.auth import TokenAuth
-from webapp.api.schemas import refusal_text
+from webapp.api.schemas import BodyIn, refusal_text
+from webapp.text import UnstorableValue, unstorable_value_check
 
 api = NinjaAPI(
     title="Preflab API",
@@ -39,6 +45,30 @@ def body_not_json(request: HttpRequest, error: RawPostDataException) -> HttpResp
         status=415,
     )
 
+
+def storable_input(endpoint: Callable[..., Any]) -> Callable[..., Any]:
+    """Every value an endpoint is given (its path, query and body parameters, as parsed) follows the rule an
+    imported file follows (webapp.text.unstorable_value_check: no NUL, no lone surrogate, no NaN or Infinity
+    except in a body that takes them, no deep nesting): else a 422 naming the field, before the endpoint reads or
+    writes anything."""
+
+    @wraps(endpoint)
+    def checked(request: HttpRequest, *args: Any, **values: Any) -> Any:
+        for name, value in values.items():
+            fields = value.model_dump() if isinstance(value, BaseModel) else {name: value}
+            non_finite = isinstance(value, BodyIn) and value.takes_non_finite_numbers
+            try:
+                for field, item in fields.items():
+                    unstorable_value_check(item, field, non_finite_numbers=non_finite)
+            except UnstorableValue as error:
+                raise HttpError(422, f"{error.field}: {error.problem}") from None
+        return endpoint(request, *args, **values)
+
+    return checked
+
+
+# after parsing ("operation"): the values are those the endpoint would be given
+api.add_decorator(storable_input, mode="operation")
 
 api.add_router("/projects", projects.router)
 api.add_router("/", data.router)

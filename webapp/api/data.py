@@ -30,13 +30,12 @@ from webapp.annotation.importing import (
     ImportRecord,
     checked_record,
     iter_import,
-    refuse_unstorable,
 )
 from webapp.annotation.models import Project, Prompt, Response
 from webapp.annotation.preferences import STRATEGIES
 from webapp.api.auth import researcher_only
 from webapp.api.projects import project_or_404
-from webapp.api.schemas import Detail, Page, PageQuery, page_of
+from webapp.api.schemas import BodyIn, Detail, Page, PageQuery, page_of
 from webapp.uploads import DISCARD_CHUNK, size_text
 
 router = Router(tags=["data"])
@@ -208,7 +207,7 @@ def _drain(request: HttpRequest) -> None:
 # Responses in -------------------------------------------------------------------------------------------------
 
 
-class ResponsesIn(Schema):
+class ResponsesIn(BodyIn):
     texts: list[str] = Field(..., min_length=1, max_length=1000)
     source: Literal[tuple(Response.Source.values)] = "api"  # type: ignore[valid-type]
     detail: dict[str, Any] = Field(default_factory=dict, description="How they were made: model, settings, ...")
@@ -225,10 +224,6 @@ class ResponseOut(Schema):
 def responses_add(request: HttpRequest, prompt_id: int, payload: ResponsesIn) -> Status:
     if not Prompt.objects.filter(pk=prompt_id).exists():
         raise HttpError(404, f"prompt {prompt_id} does not exist")
-    try:
-        refuse_unstorable(0, payload.detail, "detail")
-    except ImportFileError as error:
-        raise HttpError(422, f"{error.field}: {error.problem}") from None
     created = services.responses_add(prompt_id=prompt_id, texts=payload.texts, source=payload.source,
                                      source_detail=payload.detail)
     return Status(201, created)

@@ -20,12 +20,13 @@ from ninja.errors import HttpError
 
 from webapp.api import runs
 from webapp.api.auth import researcher_only
+from webapp.api.schemas import BodyIn
 from webapp.experiments import services
 
 router = Router(tags=["external runs"])
 
 
-class ExternalRunIn(Schema):
+class ExternalRunIn(BodyIn):
     name: str
     config: dict[str, Any] = Field(default_factory=dict, description="Any JSON object: shown and compared, "
                                    "never validated.")
@@ -33,18 +34,20 @@ class ExternalRunIn(Schema):
     total_steps: int | None = Field(None, description="For the progress bar and the ETA.")
 
 
-class LogIn(Schema):
+class LogIn(BodyIn):
+    takes_non_finite_numbers = True
     rows: list[Any] = Field(description='[{"step": int, "metrics": {name: float | null | "nan" | "inf" | "-inf"}, '
                                         '"wall_time"?: float, "tokens_seen"?: int}]; null: no value at this step')
 
 
-class SamplesIn(Schema):
+class SamplesIn(BodyIn):
+    takes_non_finite_numbers = True
     batch_id: str = Field(description="An id the client makes (a UUID): a batch sent again is written once.")
     samples: list[Any] = Field(description='[{"step": int, "prompt": str, "completion": str, "rewards"?: '
                                            '{name: float}, "advantage"?: float}]')
 
 
-class FinishIn(Schema):
+class FinishIn(BodyIn):
     status: str = Field(description='"succeeded", "failed" or "canceled"')
     error: str = ""
 

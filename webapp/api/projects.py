@@ -18,8 +18,7 @@ from webapp.accounts import services as account_services
 from webapp.annotation import selectors, services
 from webapp.annotation.models import Project
 from webapp.api.auth import researcher_only
-from webapp.api.schemas import Detail, Page, PageQuery, page_of
-from webapp.text import NUL
+from webapp.api.schemas import BodyIn, Detail, Page, PageQuery, page_of
 
 router = Router(tags=["projects"])
 
@@ -38,7 +37,7 @@ class ProjectOut(Schema):
     created_at: datetime
 
 
-class ProjectIn(Schema):
+class ProjectIn(BodyIn):
     name: str = Field(..., min_length=1, max_length=NAME_MAX_CHARS)
     guidelines: str = ""
     mode: Literal["ranking", "pairwise"] = "ranking"
@@ -52,15 +51,6 @@ class ProjectIn(Schema):
         value = value.strip()
         if not value:
             raise ValueError("is empty (or only whitespace)")
-        if NUL in value:
-            raise ValueError("holds a NUL character (\\u0000)")
-        return value
-
-    @field_validator("guidelines")
-    @classmethod
-    def guidelines_storable(cls, value: str) -> str:
-        if NUL in value:
-            raise ValueError("holds a NUL character (\\u0000)")
         return value
 
 
@@ -101,7 +91,7 @@ class Member(Schema):
     role: str
 
 
-class MemberIn(Schema):
+class MemberIn(BodyIn):
     username: str = Field(..., min_length=1, max_length=150)
 
 
@@ -123,7 +113,7 @@ def project_list(request: HttpRequest, paging: Query[PageQuery]) -> dict:
 @researcher_only
 def project_create(request: HttpRequest, payload: ProjectIn) -> Status:
     try:
-        project = services.project_create(**payload.dict())
+        project = services.project_create(**payload.model_dump())
     except IntegrityError:
         raise HttpError(409, f"name: a project named {payload.name!r} exists already") from None
     return Status(201, project)

@@ -15,11 +15,11 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.http import HttpRequest
 from django.urls import reverse
-from ninja import Field, Query, Router, Schema, Status
+from ninja import Body, Field, Query, Router, Schema, Status
 from ninja.errors import HttpError
 
 from webapp.api.auth import researcher_only
-from webapp.api.schemas import Page, PageQuery, page_of
+from webapp.api.schemas import BodyIn, Page, PageQuery, page_of
 from webapp.experiments import selectors, services
 from webapp.experiments.models import EXTERNAL_KIND, Run
 
@@ -56,7 +56,7 @@ class RunOut(Schema):
     url: str = Field(description="The run's page.")
 
 
-class RunCreateIn(Schema):
+class RunCreateIn(BodyIn):
     kind: str = Field(description='A trainer kind (reward_model, sft, dpo, grpo, ppo), or "external".')
     name: str = ""
     config: dict[str, Any] = Field(default_factory=dict, description="The launch form's fields (the trainer's "
@@ -71,12 +71,12 @@ class RunsQuery(PageQuery):
     q: str = Field("", description="A part of the run's name.")
 
 
-class ResumeIn(Schema):
+class ResumeIn(BodyIn):
     checkpoint_id: int
     remove_later: bool = Field(False, description="Confirms removing the run's checkpoints after the chosen one.")
 
 
-class ForkIn(Schema):
+class ForkIn(BodyIn):
     name: str = ""
     config: dict[str, Any] = Field(default_factory=dict, description="Fields set over the parent's config.")
 
@@ -94,7 +94,8 @@ class MetricRowsOut(Schema):
 
 
 class MetricRowsQuery(Schema):
-    after_step: int | None = Field(None, description="Rows after this step (from the first when left out).")
+    after_step: int | None = Field(None, ge=0, le=services.STEP_MAX,
+                                   description="Rows after this step (from the first when left out).")
     limit: int = Field(selectors.METRIC_ROWS_PAGE_MAX, ge=1, le=selectors.METRIC_ROWS_PAGE_MAX)
 
 
@@ -107,7 +108,7 @@ class SampleOut(Schema):
 
 
 class SamplesQuery(PageQuery):
-    step: int | None = None
+    step: int | None = Field(None, ge=0, le=services.STEP_MAX)
 
 
 def run_out(request: HttpRequest, run: Run) -> dict[str, Any]:
@@ -207,8 +208,9 @@ def run_resume(request: HttpRequest, run_id: int, body: ResumeIn) -> dict[str, A
 
 @router.post("/{int:run_id}/fork", response={201: RunOut}, summary="Fork a run")
 @researcher_only
-def run_fork(request: HttpRequest, run_id: int, body: ForkIn) -> Status:
-    """A new run from the parent's config and data with `config` set over it, validated and queued as a launch."""
+def run_fork(request: HttpRequest, run_id: int, body: ForkIn = Body(ForkIn())) -> Status:  # noqa: B008
+    """A new run from the parent's config and data with `config` set over it, validated and queued as a launch.
+    The body may be left out (the parent's config and name as they are); if sent, it is an object."""
     parent = run_or_404(run_id)
     if parent.is_external:
         raise HttpError(409, f"run {parent.pk} is an external run, logged by its own program; it cannot be forked here")

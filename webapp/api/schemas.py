@@ -1,20 +1,27 @@
-"""Schemas shared by the API's areas: the page envelope and its query parameters.
+"""Schemas shared by the API's areas: the request body's base, the page envelope and its query parameters.
 
 A page is `{"items": [...], "count": <total>, "next": <next offset, or null on the last page>}`, asked for with
-`?limit=` (default 100, at most 1000) and `?offset=`.
+`?limit=` (default 100, at most 1000) and `?offset=` (at most OFFSET_MAX).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sized
 from itertools import islice
-from typing import Any, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from django.db.models import QuerySet
 from ninja import Field, Schema
+from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic_core import PydanticCustomError
+
+from webapp.text import NUMBER_MAX_DIGITS
 
 PAGE_LIMIT_DEFAULT = 100
 PAGE_LIMIT_MAX = 1000
+# The largest 18-digit number, as the pages take in an address (webapp.text.whole_number): with a page's limit
+# added it still fits a 64-bit integer, which Postgres's OFFSET and Python's islice take.
+OFFSET_MAX = 10**NUMBER_MAX_DIGITS - 1
 
 Item = TypeVar("Item")
 
@@ -27,7 +34,31 @@ class Page(Schema, Generic[Item]):
 
 class PageQuery(Schema):
     limit: int = Field(PAGE_LIMIT_DEFAULT, ge=1, le=PAGE_LIMIT_MAX)
-    offset: int = Field(0, ge=0)
+    offset: int = Field(0, ge=0, le=OFFSET_MAX)
+
+
+class BodyIn(BaseModel):
+    """A request's JSON body: an object of the declared fields, each of its JSON type. A plain pydantic model,
+    not a ninja Schema (which reads attributes off any value, so `5` or `[]` passed as an object of defaults),
+    and strict, so that "5" is not taken for 5 nor 1 for true. Fields it does not declare are ignored.
+    `takes_non_finite_numbers`: the body's numbers may be NaN or Infinity (metrics; Python's json module writes
+    them as bare words), which no other body may hold (webapp.api.api.storable_input)."""
+
+    model_config = ConfigDict(strict=True)
+    takes_non_finite_numbers: ClassVar[bool] = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def an_object(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            raise PydanticCustomError("json_object", "expected a JSON object; got {got}", {"got": _json_type(data)})
+        return data
+
+
+def _json_type(value: Any) -> str:
+    names = {type(None): "null", bool: "a boolean", int: "a number", float: "a number", str: "a string",
+             list: "an array"}
+    return names.get(type(value), type(value).__name__)
 
 
 class Detail(Schema):
@@ -74,5 +105,6 @@ def refusal_text(errors: list[dict[str, Any]]) -> str:
             location = location[2:] or ["body"]
         elif location[:1] in (["query"], ["path"], ["header"]):
             location = location[1:]
-        said.append(f"{'.'.join(location) or 'request'}: {error.get('msg', 'refused')}")
+        message = str(error.get("msg", "refused")).removeprefix("Value error, ")
+        said.append(f"{'.'.join(location) or 'request'}: {message}")
     return "; ".join(said)

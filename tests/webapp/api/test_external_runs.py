@@ -119,7 +119,7 @@ def test_a_bad_row_is_refused_with_its_index_and_field_and_nothing_is_written(ap
 def test_a_samples_batch_sent_twice_is_written_once(api, external):
     batch = {"batch_id": str(uuid.uuid4()), "samples": [
         {"step": 10, "prompt": "2+2?", "completion": "4", "rewards": {"exact": 1.0}, "advantage": 0.5},
-        {"step": 10, "prompt": "3+3?", "completion": "7\x00", "rewards": {"exact": "nan"}},
+        {"step": 10, "prompt": "3+3?", "completion": "7\ufffd", "rewards": {"exact": "nan"}},
     ]}
     assert api.post(f"/runs/{external.pk}/samples", batch).json() == {"written": 2}
     assert api.post(f"/runs/{external.pk}/samples", batch).json() == {"written": 0}
@@ -132,6 +132,27 @@ def test_a_samples_batch_sent_twice_is_written_once(api, external):
     refused = api.post(f"/runs/{external.pk}/samples", {"batch_id": "b2", "samples": [{"step": 1, "prompt": "p"}]})
     assert refused.status_code == 422 and refused.json()["detail"].startswith('sample 0, field "completion"')
     assert not SampleBatch.objects.filter(batch_id="b2").exists()
+
+
+def test_text_the_database_cannot_hold_is_refused_naming_the_field_and_nothing_is_written(api, external):
+    """The rule of the import, for every text the API takes: the client makes a model's text storable before it
+    sends it (preflab_client.values.storable_text), as Preflab's own workers do."""
+    refusals = [
+        (f"/runs/{external.pk}/samples", {"batch_id": "b3", "samples": [
+            {"step": 1, "prompt": "p", "completion": "ok"}, {"step": 1, "prompt": "p", "completion": "7\x00"}]},
+         "samples[1].completion: contains a NUL character"),
+        (f"/runs/{external.pk}/samples", {"batch_id": "b\ud800", "samples": []}, "batch_id: contains a lone"),
+        (f"/runs/{external.pk}/log", {"rows": [{"step": 1, "metrics": {"lo\x00ss": 1.0}}]},
+         "rows[0].metrics: contains a NUL character"),
+        (f"/runs/{external.pk}/finish", {"status": "failed", "error": "\ud800"}, "error: contains a lone"),
+        ("/runs/external", {"name": "n", "config": {"lr": float("nan")}}, "config.lr: is nan, which JSON cannot hold"),
+    ]
+    for path, body, detail in refusals:
+        response = api.post(path, body)
+        assert response.status_code == 422 and response.json()["detail"].startswith(detail), response.json()
+    external.refresh_from_db()
+    assert external.status == "running" and not Sample.objects.filter(run=external).exists()
+    assert not MetricRow.objects.filter(run=external).exists() and Run.objects.count() == 1
 
 
 def test_heartbeat_cancel_and_finish(api, external):
