@@ -6,10 +6,13 @@ hold (a NUL, a lone surrogate) wherever text enters, and a fork whose body is no
 from __future__ import annotations
 
 import pytest
-from django.contrib.auth.models import User
 
 from tests.webapp.annotation.factories import make_project
-from tests.webapp.experiments.helpers import finished_run_with_checkpoints, register_tiny_model, tiny_model_roots
+from tests.webapp.experiments.helpers import (
+    finished_run_with_checkpoints,
+    register_tiny_model,
+    tiny_model_roots,
+)
 from webapp.annotation.models import Project, Response
 from webapp.api.schemas import OFFSET_MAX
 from webapp.experiments.models import ModelRef, Run
@@ -94,7 +97,7 @@ def test_a_fork_whose_body_is_not_an_object_is_a_422_and_queues_nothing(api, for
     assert Run.objects.count() == 1
 
 
-def test_a_fork_with_an_object_or_no_body_is_queued(api, forkable, researcher: User):
+def test_a_fork_with_an_object_or_no_body_is_queued(api, forkable):
     assert api.post_bytes(f"/runs/{forkable.pk}/fork", b"", "application/json").status_code == 201
     assert api.post(f"/runs/{forkable.pk}/fork", {"name": "second"}).status_code == 201
     assert list(Run.objects.filter(parent=forkable).values_list("name", flat=True).order_by("pk")) == [
