@@ -210,7 +210,8 @@ def _drain(request: HttpRequest) -> None:
 class ResponsesIn(BodyIn):
     texts: list[str] = Field(..., min_length=1, max_length=1000)
     source: Literal[tuple(Response.Source.values)] = "api"  # type: ignore[valid-type]
-    detail: dict[str, Any] = Field(default_factory=dict, description="How they were made: model, settings, ...")
+    detail: dict[str, Any] = Field(default_factory=dict, description="How they were made: model, settings, ... "
+                                   "(any JSON object; its text holds no NUL, as all text the API takes)")
 
 
 class ResponseOut(Schema):
@@ -281,6 +282,8 @@ class PairsQuery(PageQuery):
 
 
 @router.get("/projects/{project_id}/pairs", response={200: Page[dict[str, Any]], 404: Detail, 422: Detail},
+            openapi_extra={"responses": {200: {"content": {NDJSON_TYPES[0]: {"schema": {
+                "type": "string", "description": "With stream=jsonl: every pair, one JSON object a line."}}}}}},
             summary="A project's preference pairs in TRL's format, as the page's JSONL export")
 @researcher_only
 def pair_list(request: HttpRequest, project_id: int, query: Query[PairsQuery]) -> dict | StreamingHttpResponse:

@@ -18,7 +18,7 @@ from webapp.accounts import services as account_services
 from webapp.annotation import selectors, services
 from webapp.annotation.models import Project
 from webapp.api.auth import researcher_only
-from webapp.api.schemas import BodyIn, Detail, Page, PageQuery, page_of
+from webapp.api.schemas import NON_BLANK_TEXT, BodyIn, Detail, Page, PageQuery, WholeNumber, page_of
 
 router = Router(tags=["projects"])
 
@@ -38,12 +38,12 @@ class ProjectOut(Schema):
 
 
 class ProjectIn(BodyIn):
-    name: str = Field(..., min_length=1, max_length=NAME_MAX_CHARS)
+    name: str = Field(..., min_length=1, max_length=NAME_MAX_CHARS, json_schema_extra=NON_BLANK_TEXT)
     guidelines: str = ""
     mode: Literal["ranking", "pairwise"] = "ranking"
-    responses_per_item: int = Field(4, ge=2, le=SMALL_INT_MAX)
-    annotators_per_item: int = Field(1, ge=1, le=SMALL_INT_MAX)
-    lease_minutes: int = Field(30, ge=1, le=SMALL_INT_MAX)
+    responses_per_item: WholeNumber = Field(4, ge=2, le=SMALL_INT_MAX)
+    annotators_per_item: WholeNumber = Field(1, ge=1, le=SMALL_INT_MAX)
+    lease_minutes: WholeNumber = Field(30, ge=1, le=SMALL_INT_MAX)
 
     @field_validator("name")
     @classmethod

@@ -9,7 +9,7 @@ from ninja.errors import HttpError
 from ninja.responses import Status
 
 from webapp.api.auth import researcher_only
-from webapp.api.schemas import BodyIn, Detail, Page, PageQuery, page_of
+from webapp.api.schemas import NON_BLANK_TEXT, BodyIn, Detail, Page, PageQuery, page_of
 from webapp.experiments import selectors, services
 
 router = Router(tags=["registry"])
@@ -26,8 +26,9 @@ class ModelOut(Schema):
 
 
 class ModelIn(BodyIn):
-    path: str = Field(..., description="A directory under the model roots, a hub id (org/name), or a registered "
-                                       "model's path or name.")
+    path: str = Field(..., json_schema_extra=NON_BLANK_TEXT,
+                      description="A directory under the model roots, a hub id (org/name), or a registered model's "
+                                  "path or name: it must be one (else a 422).")
     name: str = ""
 
 

@@ -8,14 +8,22 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sized
 from itertools import islice
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Annotated, Any, ClassVar, Generic, TypeVar
 
 from django.db.models import QuerySet
 from ninja import Field, Schema
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, model_validator
 from pydantic_core import PydanticCustomError
 
-from webapp.text import NUMBER_MAX_DIGITS
+from webapp.text import LONE_SURROGATE_PROBLEM, NUMBER_MAX_DIGITS
+
+# What the schema says of text, as the server decides it. No text holds a NUL (webapp.text.unstorable_problem; a
+# lone surrogate is not a JSON Schema string at all). Blank is what Python's str.strip() removes: str.isspace's
+# characters, written out (a pattern's \\s is another set in each regex engine).
+PYTHON_WHITESPACE = "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+STORABLE_TEXT_PATTERN = "^[^\x00]*$"
+NON_BLANK_TEXT_PATTERN = f"^[^\x00]*[^\x00{PYTHON_WHITESPACE}][^\x00]*$"
+NON_BLANK_TEXT = {"pattern": NON_BLANK_TEXT_PATTERN}
 
 PAGE_LIMIT_DEFAULT = 100
 PAGE_LIMIT_MAX = 1000
@@ -53,6 +61,21 @@ class BodyIn(BaseModel):
         if not isinstance(data, dict):
             raise PydanticCustomError("json_object", "expected a JSON object; got {got}", {"got": _json_type(data)})
         return data
+
+
+def _integral(value: Any) -> Any:
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+# A whole number in a body: JSON has one type of number, and 617.0 is the whole number 617 (JSON Schema's
+# "integer" says so too); a string or a boolean is refused, as the strict body refuses them elsewhere.
+WholeNumber = Annotated[int, BeforeValidator(_integral)]
+
+
+def bounded_whole_number(*, ge: int, le: int) -> Any:
+    """A WholeNumber from `ge` to `le`, as a type (the bounds come before the validator: after it, in an optional
+    field, pydantic writes them into the schema as "ge" and "le" instead of JSON Schema's minimum and maximum)."""
+    return Annotated[int, Field(ge=ge, le=le), BeforeValidator(_integral)]
 
 
 def _json_type(value: Any) -> str:
@@ -105,6 +128,8 @@ def refusal_text(errors: list[dict[str, Any]]) -> str:
             location = location[2:] or ["body"]
         elif location[:1] in (["query"], ["path"], ["header"]):
             location = location[1:]
-        message = str(error.get("msg", "refused")).removeprefix("Value error, ")
+        # pydantic's own check of a string's length meets a lone surrogate first: say it as the text rule does
+        message = (LONE_SURROGATE_PROBLEM if error.get("type") == "string_unicode"
+                   else str(error.get("msg", "refused")).removeprefix("Value error, "))
         said.append(f"{'.'.join(location) or 'request'}: {message}")
     return "; ".join(said)

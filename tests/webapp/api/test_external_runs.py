@@ -172,7 +172,7 @@ def test_heartbeat_cancel_and_finish(api, external):
     assert api.post(f"/runs/{external.pk}/finish", {"status": "succeeded"}).status_code == 409
     assert Run.objects.get(pk=external.pk).status == Run.Status.CANCELED
     bad = api.post(f"/runs/{external.pk}/finish", {"status": "done"})
-    assert bad.status_code == 422 and bad.json()["detail"].startswith("status: expected one of succeeded, failed, canceled")
+    assert bad.status_code == 422 and bad.json()["detail"].startswith("status: Input should be 'succeeded', 'failed' or 'canceled'")
 
 
 def test_writes_after_finish_are_refused_but_replays_answer_as_before(api, external):
@@ -262,3 +262,14 @@ def test_the_run_page_list_and_compare_show_an_external_run(api, external, resea
     compare = researcher_client.get(f"/runs/compare?runs={external.pk}&runs={other.pk}")
     assert compare.status_code == 200
     assert [key for key, _ in compare.context["diff"]] == ["lr"]
+
+
+def test_a_run_past_its_metric_names_limit_is_a_conflict_and_the_row_is_not_written(api, external):
+    """The run's state refuses the row (each name is a chart), not the row's shape: a 409, as for a finished run."""
+    first = {f"m{index}": 1.0 for index in range(services.RUN_METRIC_NAMES_MAX)}
+    assert api.post(f"/runs/{external.pk}/log", {"rows": [{"step": 1, "metrics": first}]}).json() == {"written": 1}
+    refused = api.post(f"/runs/{external.pk}/log", {"rows": [{"step": 2, "metrics": {"one more": 1.0}}]})
+    assert refused.status_code == 409 and "at most 1,000 (each is a chart)" in refused.json()["detail"]
+    assert list(MetricRow.objects.filter(run=external).values_list("step", flat=True)) == [1]
+    accepted = api.post(f"/runs/{external.pk}/log", {"rows": [{"step": 2.0, "metrics": {"m0": 2.0}}]})
+    assert accepted.json() == {"written": 1}  # 2.0 is the whole number 2: JSON has one type of number
