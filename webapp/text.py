@@ -27,12 +27,16 @@ def storable_text(text: str) -> str:
     return text.replace(NUL, REPLACEMENT)
 
 
+NUL_PROBLEM = "contains a NUL character (\\u0000), which cannot be stored"
+LONE_SURROGATE_PROBLEM = "contains a lone UTF-16 surrogate (such as \\ud800), which is not text"
+
+
 def unstorable_problem(text: str) -> str | None:
     """Why `text` cannot be stored, or None when it can: the one rule for text the API and the import take."""
     if NUL in text:
-        return "contains a NUL character (\\u0000), which cannot be stored"
+        return NUL_PROBLEM
     if LONE_SURROGATE.search(text):
-        return "contains a lone UTF-16 surrogate (such as \\ud800), which is not text"
+        return LONE_SURROGATE_PROBLEM
     return None
 
 
