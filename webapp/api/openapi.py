@@ -12,8 +12,7 @@ from typing import Any
 
 from webapp.api.schemas import STORABLE_TEXT_PATTERN, Detail
 
-DETAIL_REF = {"$ref": "#/components/schemas/Detail"}
-PLAIN_TEXT = "text/plain"
+DETAIL = {"application/json": {"schema": {"$ref": "#/components/schemas/Detail"}}}
 
 # Every operation: the token (webapp.api.auth), the roles, and the server in front of Django.
 EVERY_OPERATION = {
@@ -29,10 +28,15 @@ WITH_PARAMETERS = {
 WITH_PATH_PARAMETERS = {"404": "What the path names does not exist."}
 WITH_BODY = {
     "400": "The body is not JSON.",
+    "411": "The body was sent without its length (Transfer-Encoding: chunked): send a Content-Length.",
     "413": "The body is larger than the server takes (PREFLAB_UPLOAD_MAX_BYTES).",
 }
-# Answered before the API's code runs, by Django's middleware, in plain text.
-IN_PLAIN_TEXT = {"413"}
+# Answered before the API's code runs, not in its format: an address too long by gunicorn (an HTML page), a body
+# too large by Django's middleware (webapp.uploads: in plain text).
+CONTENT = {
+    "414": {"text/html": {"schema": {"type": "string"}}},
+    "413": {**DETAIL, "text/plain": {"schema": {"type": "string"}}},
+}
 
 
 def declared_as_it_answers(schema: dict[str, Any]) -> dict[str, Any]:
@@ -78,7 +82,4 @@ def declare_common_refusals(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 def _refusal(status: str, description: str) -> dict[str, Any]:
-    content: dict[str, Any] = {"application/json": {"schema": DETAIL_REF}}
-    if status in IN_PLAIN_TEXT:
-        content[PLAIN_TEXT] = {"schema": {"type": "string"}}
-    return {"description": description, "content": content}
+    return {"description": description, "content": CONTENT.get(status, DETAIL)}
