@@ -160,13 +160,19 @@ def database_from_url(name: str, url: str) -> dict:
     )
 
 
+CACHE_SOCKET_TIMEOUT_S = 1.0
+
+
 def cache_from_url(name: str, url: str) -> dict:
     """A Django CACHES entry: empty for a cache in each process's memory, or `redis://host:6379/N` for one
     cache every web process shares (computed chart series are then computed once, not once per process)."""
     if not url:
         return {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
     if urlsplit(url).scheme in {"redis", "rediss"}:
-        return {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": url, "KEY_PREFIX": "preflab"}
+        # a Redis that stops answering costs a request at most this long (webapp.caching computes without it)
+        timeouts = {"socket_connect_timeout": CACHE_SOCKET_TIMEOUT_S, "socket_timeout": CACHE_SOCKET_TIMEOUT_S}
+        return {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": url, "KEY_PREFIX": "preflab",
+                "OPTIONS": timeouts}
     raise ImproperlyConfigured(f"{name}={url!r}: unsupported; leave it empty (memory of each process) or use redis://HOST:6379/N.")
 
 

@@ -45,7 +45,8 @@ def test_a_runs_whole_history_reads_back_over_pages(preflab):
     for step in range(1, ROWS + 1):
         run.log({"loss": 1 / step, "kl": math.nan if step == 7 else 0.0}, step=step)
     run.log_samples([{"prompt": f"p{index}", "completion": f"c{index}"} for index in range(3)], step=600)
-    run.log_samples([{"prompt": "last", "completion": "words", "rewards": {"match": 1.0}}], step=ROWS)
+    # a model can write a NUL, which the server refuses: the client stores it as U+FFFD, as Preflab's workers do
+    run.log_samples([{"prompt": "last", "completion": "wor\x00ds", "rewards": {"match": 1.0}}], step=ROWS)
     assert run.finish()["status"] == "succeeded"
 
     rows = list(preflab.metrics(run.id))
@@ -55,7 +56,7 @@ def test_a_runs_whole_history_reads_back_over_pages(preflab):
 
     samples = list(preflab.samples(run.id))
     assert [(sample["step"], sample["completion"]) for sample in samples] == [
-        (600, "c0"), (600, "c1"), (600, "c2"), (ROWS, "words")]
+        (600, "c0"), (600, "c1"), (600, "c2"), (ROWS, "wor\ufffdds")]
     assert [sample["rewards"] for sample in preflab.samples(run.id, step=ROWS)] == [{"match": 1.0}]
     assert [item["id"] for item in preflab.runs(kind="external")] == [run.id]
     assert preflab.run(run.id)["status"] == "succeeded"

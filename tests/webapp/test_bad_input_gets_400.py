@@ -33,8 +33,8 @@ def test_a_bad_query_parameter_gets_a_400_naming_it(researcher_client, url, name
 @pytest.mark.parametrize(
     ("fields", "named"),
     [
-        ({"path": "/models/tiny\x00", "name": ""}, "path holds a NUL character"),
-        ({"path": "org/model", "name": "n\x00ame"}, "name holds a NUL character"),
+        ({"path": "/models/tiny\x00", "name": ""}, "path contains a NUL character"),
+        ({"path": "org/model", "name": "n\x00ame"}, "name contains a NUL character"),
         ({"path": "org/model", "name": "x" * 201}, "name is 201 characters long; at most 200"),
     ],
 )

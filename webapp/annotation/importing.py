@@ -28,8 +28,6 @@ import csv
 import hashlib
 import io
 import json
-import math
-import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,7 +35,7 @@ from typing import Any, BinaryIO
 
 from trainer.chat import ChatFormatError, is_conversation, normalize_record
 from trainer.jsonl import JsonlError, UnreadableLine, numbered_jsonl_lines, text_lines
-from webapp.text import is_blank, whole_number
+from webapp.text import UnstorableValue, is_blank, unstorable_value_check, whole_number
 from webapp.text_bounds import PROMPT_MAX_CHARS, RESPONSE_MAX_CHARS, length_problem
 
 FORMATS = ("jsonl", "csv")
@@ -46,9 +44,6 @@ CSV_CELL_MAX_CHARS = 16 * 2**20
 csv.field_size_limit(CSV_CELL_MAX_CHARS)
 # One JSONL line (or one physical CSV line) at most: what a single row may make an import hold in memory.
 IMPORT_LINE_MAX_BYTES = 64 * 2**20
-LONE_SURROGATE = re.compile("[\ud800-\udfff]")
-# Metadata this deep is no one's data; Python's own limit on nesting is about 1,000.
-MAX_NESTING = 64
 FIELD_MAX_CHARS = 200
 _KNOWN_FIELDS = {"id", "external_id", "prompt", "messages", "responses", "chosen", "rejected", "answer",
                  "reference_answer", "metadata"}
@@ -162,33 +157,13 @@ def first_line_of_id(stream: BinaryIO, *, file_format: str, external_id: str) ->
                  if record.external_id == external_id), 0)
 
 
-def refuse_unstorable(line: int, value: object, field_name: str = "", depth: int = 0) -> None:
-    """Postgres cannot store the NUL character in text or jsonb, nor half of a UTF-16 surrogate pair (JSON's
-    "\\ud800" alone), and JSON has no NaN or Infinity (Python's reader takes them, and 1e999): name the field
-    that holds one. Nesting is bounded too, well below what json.loads and the database's JSON parser take."""
-    if depth > MAX_NESTING:
-        raise ImportFileError(line, field_name, f"is nested more than {MAX_NESTING} levels deep")
-    if isinstance(value, str):
-        if "\x00" in value:
-            raise ImportFileError(line, field_name, "contains a NUL character (\\u0000), which cannot be stored")
-        if LONE_SURROGATE.search(value):
-            raise ImportFileError(line, field_name, "contains a lone UTF-16 surrogate (such as \\ud800), which is not text")
-    elif isinstance(value, float) and not math.isfinite(value):
-        raise ImportFileError(line, field_name, f"is {value}, which JSON cannot hold: give a finite number")
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            refuse_unstorable(line, key, field_name or "key", depth + 1)
-            name = _key_name(key)
-            refuse_unstorable(line, item, f"{field_name}.{name}" if field_name else name, depth + 1)
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            refuse_unstorable(line, item, f"{field_name}[{index}]", depth + 1)
-
-
-def _key_name(key: str) -> str:
-    if not key.strip():
-        return "(a key or column with no name)"
-    return key if len(key) <= 60 else f"{key[:40]}… ({len(key):,} characters)"
+def refuse_unstorable(line: int, value: object, field_name: str = "") -> None:
+    """The rule every text sent to Preflab follows (webapp.text.unstorable_value_check: no NUL, no lone surrogate, no
+    NaN or Infinity, bounded nesting), as ImportFileError naming `line` and the field."""
+    try:
+        unstorable_value_check(value, field_name)
+    except UnstorableValue as error:
+        raise ImportFileError(line, error.field, error.problem) from None
 
 
 def _numbered_lines(stream: BinaryIO) -> Iterator[tuple[int, str]]:

@@ -6,17 +6,34 @@ views stay thin: parse with a schema, authorise, call a service or a selector.
 
 from __future__ import annotations
 
-from django.http import HttpRequest, HttpResponse
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.http.request import RawPostDataException
-from django.urls import URLPattern
+from django.urls import URLPattern, re_path
+from django.utils.encoding import escape_uri_path
+from django.views.decorators.csrf import csrf_exempt
 from ninja import NinjaAPI
-from ninja.errors import ValidationError
+from ninja.errors import HttpError, ValidationError
+from pydantic import BaseModel
 
 from webapp.api import data, external, projects, registry, runs
 from webapp.api.auth import TokenAuth
-from webapp.api.schemas import refusal_text
+from webapp.api.openapi import declared_as_it_answers
+from webapp.api.schemas import BodyIn, refusal_text
+from webapp.text import UnstorableValue, unstorable_value_check
 
-api = NinjaAPI(
+
+class PreflabApi(NinjaAPI):
+    def get_openapi_schema(self, *, path_prefix: str | None = None,
+                           path_params: dict[str, Any] | None = None) -> dict[str, Any]:
+        schema = super().get_openapi_schema(path_prefix=path_prefix, path_params=path_params)
+        return declared_as_it_answers(schema)
+
+
+api = PreflabApi(
     title="Preflab API",
     version="1",
     urls_namespace="api-v1",
@@ -40,6 +57,30 @@ def body_not_json(request: HttpRequest, error: RawPostDataException) -> HttpResp
     )
 
 
+def storable_input(endpoint: Callable[..., Any]) -> Callable[..., Any]:
+    """Every value an endpoint is given (its path, query and body parameters, as parsed) follows the rule an
+    imported file follows (webapp.text.unstorable_value_check: no NUL, no lone surrogate, no NaN or Infinity
+    except in a body that takes them, no deep nesting): else a 422 naming the field, before the endpoint reads or
+    writes anything."""
+
+    @wraps(endpoint)
+    def checked(request: HttpRequest, *args: Any, **values: Any) -> Any:
+        for name, value in values.items():
+            fields = value.model_dump() if isinstance(value, BaseModel) else {name: value}
+            non_finite = isinstance(value, BodyIn) and value.takes_non_finite_numbers
+            try:
+                for field, item in fields.items():
+                    unstorable_value_check(item, field, non_finite_numbers=non_finite)
+            except UnstorableValue as error:
+                raise HttpError(422, f"{error.field}: {error.problem}") from None
+        return endpoint(request, *args, **values)
+
+    return checked
+
+
+# after parsing ("operation"): the values are those the endpoint would be given
+api.add_decorator(storable_input, mode="operation")
+
 api.add_router("/projects", projects.router)
 api.add_router("/", data.router)
 api.add_router("/models", registry.router)
@@ -49,8 +90,16 @@ api.add_router("/runs", external.router)
 
 def api_urls() -> tuple[list[URLPattern], str, str]:
     """The API's URL patterns, exempt from the pages' login redirect: a program is authenticated by its token
-    (a missing or bad one is a 401, not a redirect to the login page)."""
+    (a missing or bad one is a 401, not a redirect to the login page). An address none of them matches (a run id
+    that is not a number) is a 404 in the API's format, not the pages' HTML one."""
     patterns, app_name, namespace = api.urls
+    patterns = [*patterns, re_path(r"", no_such_address)]
     for pattern in patterns:
         pattern.callback.login_required = False
     return patterns, app_name, namespace
+
+
+@csrf_exempt  # as the API's own views: a program sends a token, not a session's CSRF cookie
+def no_such_address(request: HttpRequest) -> JsonResponse:
+    return JsonResponse({"detail": f"{escape_uri_path(request.path)}: there is no such address in the API"},
+                        status=404)

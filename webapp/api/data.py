@@ -30,13 +30,12 @@ from webapp.annotation.importing import (
     ImportRecord,
     checked_record,
     iter_import,
-    refuse_unstorable,
 )
 from webapp.annotation.models import Project, Prompt, Response
 from webapp.annotation.preferences import STRATEGIES
 from webapp.api.auth import researcher_only
 from webapp.api.projects import project_or_404
-from webapp.api.schemas import Detail, Page, PageQuery, page_of
+from webapp.api.schemas import BodyIn, Detail, Page, PageQuery, page_of
 from webapp.text_bounds import RESPONSE_MAX_CHARS
 from webapp.uploads import body_left_unread, declared_length, size_text
 
@@ -192,10 +191,11 @@ def _too_large(limit: int) -> str:
 # Responses in -------------------------------------------------------------------------------------------------
 
 
-class ResponsesIn(Schema):
+class ResponsesIn(BodyIn):
     texts: list[Annotated[str, Field(max_length=RESPONSE_MAX_CHARS)]] = Field(..., min_length=1, max_length=1000)
     source: Literal[tuple(Response.Source.values)] = "api"  # type: ignore[valid-type]
-    detail: dict[str, Any] = Field(default_factory=dict, description="How they were made: model, settings, ...")
+    detail: dict[str, Any] = Field(default_factory=dict, description="How they were made: model, settings, ... "
+                                   "(any JSON object; its text holds no NUL, as all text the API takes)")
 
 
 class ResponseOut(Schema):
@@ -210,10 +210,6 @@ def responses_add(request: HttpRequest, prompt_id: int, payload: ResponsesIn) ->
     visible = selectors.projects_visible_to(request.auth)
     if not Prompt.objects.filter(pk=prompt_id, project__in=visible).exists():
         raise HttpError(404, f"prompt {prompt_id} does not exist")
-    try:
-        refuse_unstorable(0, payload.detail, "detail")
-    except ImportFileError as error:
-        raise HttpError(422, f"{error.field}: {error.problem}") from None
     created = services.responses_add(prompt_id=prompt_id, texts=payload.texts, source=payload.source,
                                      source_detail=payload.detail)
     return Status(201, created)
@@ -271,6 +267,8 @@ class PairsQuery(PageQuery):
 
 
 @router.get("/projects/{project_id}/pairs", response={200: Page[dict[str, Any]], 404: Detail, 422: Detail},
+            openapi_extra={"responses": {200: {"content": {NDJSON_TYPES[0]: {"schema": {
+                "type": "string", "description": "With stream=jsonl: every pair, one JSON object a line."}}}}}},
             summary="A project's preference pairs in TRL's format, as the page's JSONL export")
 @researcher_only
 def pair_list(request: HttpRequest, project_id: int, query: Query[PairsQuery]) -> dict | StreamingHttpResponse:

@@ -11,7 +11,8 @@ time did, with `written: 0`.
 
 from __future__ import annotations
 
-from typing import Any
+import sys
+from typing import Any, Literal
 
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
@@ -20,32 +21,71 @@ from ninja.errors import HttpError
 
 from webapp.api import runs
 from webapp.api.auth import researcher_only
+from webapp.api.schemas import (
+    NON_BLANK_TEXT_PATTERN,
+    PYTHON_WHITESPACE,
+    BodyIn,
+    Detail,
+    WholeNumber,
+    bounded_whole_number,
+)
 from webapp.experiments import services
 
 router = Router(tags=["external runs"])
 
 
-class ExternalRunIn(Schema):
-    name: str
+# The rows and samples are checked by the services, which name the row (or sample) and its field in a refusal;
+# the schema describes them exactly as the services take them.
+STEP = {"type": "integer", "minimum": 0, "maximum": services.STEP_MAX}
+METRIC_NAME = {"type": "string", "minLength": 1, "maxLength": services.METRIC_NAME_MAX_LENGTH,
+               "pattern": NON_BLANK_TEXT_PATTERN}
+# A non-finite number's words (services.NONFINITE_WORDS), in any case, with blanks around them.
+_BLANK = f"[{PYTHON_WHITESPACE}]*"
+NON_FINITE_WORD = f"^{_BLANK}([nN][aA][nN]|[+-]?[iI][nN][fF]([iI][nN][iI][tT][yY])?){_BLANK}$"
+METRIC_VALUE = {"anyOf": [{"type": "number", "minimum": -sys.float_info.max, "maximum": sys.float_info.max},
+                          {"type": "null"}, {"type": "string", "pattern": NON_FINITE_WORD}]}
+METRICS = {"type": "object", "propertyNames": METRIC_NAME, "additionalProperties": METRIC_VALUE}
+ROW = {"type": "object", "additionalProperties": False, "required": ["step", "metrics"], "properties": {
+    "step": STEP, "metrics": METRICS,
+    "wall_time": {"type": ["number", "null"], "minimum": -sys.float_info.max, "maximum": sys.float_info.max},
+    "tokens_seen": {"type": ["integer", "null"], "minimum": 0, "maximum": services.TOKENS_MAX},
+}}
+SAMPLE = {"type": "object", "additionalProperties": False, "required": ["step", "prompt", "completion"],
+          "properties": {"step": STEP, "prompt": {"type": "string"}, "completion": {"type": "string"},
+                         "rewards": {"anyOf": [METRICS, {"type": "null"}]}, "advantage": METRIC_VALUE}}
+
+
+class ExternalRunIn(BodyIn):
+    name: str = Field(max_length=runs.RUN_NAME_MAX_CHARS)
     config: dict[str, Any] = Field(default_factory=dict, description="Any JSON object: shown and compared, "
                                    "never validated.")
-    project_id: int | None = Field(None, description="The project whose data the run trains on, if any.")
-    total_steps: int | None = Field(None, description="For the progress bar and the ETA.")
+    project_id: WholeNumber | None = Field(None, description="The project whose data the run trains on, if any: it must "
+                                                     "exist (else a 422).")
+    total_steps: bounded_whole_number(ge=1, le=services.STEP_MAX) | None = Field(  # type: ignore[valid-type]
+        None, description="For the progress bar and the ETA.")
 
 
-class LogIn(Schema):
-    rows: list[Any] = Field(description='[{"step": int, "metrics": {name: float | null | "nan" | "inf" | "-inf"}, '
-                                        '"wall_time"?: float, "tokens_seen"?: int}]; null: no value at this step')
+class LogIn(BodyIn):
+    takes_non_finite_numbers = True
+    rows: list[Any] = Field(
+        description='[{"step": int, "metrics": {name: float | null | "nan" | "inf" | "-inf"}, "wall_time"?: float, '
+                    '"tokens_seen"?: int}]; null: no value at this step',
+        json_schema_extra={"items": ROW, "maxItems": services.EXTERNAL_ROWS_MAX})
 
 
-class SamplesIn(Schema):
-    batch_id: str = Field(description="An id the client makes (a UUID): a batch sent again is written once.")
-    samples: list[Any] = Field(description='[{"step": int, "prompt": str, "completion": str, "rewards"?: '
-                                           '{name: float}, "advantage"?: float}]')
+class SamplesIn(BodyIn):
+    takes_non_finite_numbers = True
+    batch_id: str = Field(min_length=1, max_length=services.BATCH_ID_MAX_LENGTH,
+                          json_schema_extra={"pattern": NON_BLANK_TEXT_PATTERN},
+                          description="An id the client makes (a UUID): a batch sent again is written once.")
+    samples: list[Any] = Field(
+        description='[{"step": int, "prompt": str, "completion": str, "rewards"?: {name: float}, "advantage"?: '
+                    "float}]",
+        json_schema_extra={"items": SAMPLE, "maxItems": services.EXTERNAL_SAMPLES_MAX})
 
 
-class FinishIn(Schema):
-    status: str = Field(description='"succeeded", "failed" or "canceled"')
+class FinishIn(BodyIn):
+    status: Literal[tuple(status.value for status in services.FINISHED_STATUSES)]  # type: ignore[valid-type]
     error: str = ""
 
 
@@ -63,7 +103,9 @@ def _written(write: Any) -> dict[str, int]:
         raise HttpError(409, str(error)) from None
 
 
-@router.post("/external", response={201: runs.RunOut}, summary="Create an external run")
+@router.post("/external", response={201: runs.RunOut}, summary="Create an external run",
+             openapi_extra={"responses": {422: {"description": "A field is refused, named in the detail; besides "
+                                                               "the schema, project_id must name a project."}}})
 @researcher_only
 def external_run_create(request: HttpRequest, body: ExternalRunIn) -> Status:
     """Running from now, with its heartbeat; never queued to a worker."""
@@ -75,7 +117,10 @@ def external_run_create(request: HttpRequest, body: ExternalRunIn) -> Status:
     return Status(201, runs.run_out(request, run))
 
 
-@router.post("/{int:run_id}/log", response=WrittenOut, summary="Log metric rows of an external run")
+WRITE_REFUSED = {200: WrittenOut, 404: Detail, 409: Detail}
+
+
+@router.post("/{int:run_id}/log", response=WRITE_REFUSED, summary="Log metric rows of an external run")
 @researcher_only
 def external_metrics_log(request: HttpRequest, run_id: int, body: LogIn) -> dict[str, int]:
     run = runs.run_or_404(request, run_id)
@@ -84,7 +129,7 @@ def external_metrics_log(request: HttpRequest, run_id: int, body: LogIn) -> dict
 
 # On the runs router: GET /runs/{id}/samples is there, and one path's methods must share one router (a second
 # router's pattern for the same path would never be reached).
-@runs.router.post("/{int:run_id}/samples", response=WrittenOut, tags=["external runs"],
+@runs.router.post("/{int:run_id}/samples", response=WRITE_REFUSED, tags=["external runs"],
                   summary="Log a batch of samples of an external run")
 @researcher_only
 def external_samples_log(request: HttpRequest, run_id: int, body: SamplesIn) -> dict[str, int]:
@@ -93,7 +138,8 @@ def external_samples_log(request: HttpRequest, run_id: int, body: SamplesIn) -> 
                                                           samples=body.samples))
 
 
-@router.post("/{int:run_id}/heartbeat", response={204: None}, summary="The external run's program is alive")
+@router.post("/{int:run_id}/heartbeat", response={204: None, 404: Detail, 409: Detail},
+             summary="The external run's program is alive")
 @researcher_only
 def external_run_heartbeat(request: HttpRequest, run_id: int) -> HttpResponse:
     """Logging rows or samples beats too; a program that logs seldom beats in between, within
@@ -106,7 +152,8 @@ def external_run_heartbeat(request: HttpRequest, run_id: int) -> HttpResponse:
     return HttpResponse(status=204)
 
 
-@router.post("/{int:run_id}/finish", response=runs.RunOut, summary="Finish an external run")
+@router.post("/{int:run_id}/finish", response={200: runs.RunOut, 404: Detail, 409: Detail},
+             summary="Finish an external run")
 @researcher_only
 def external_run_finish(request: HttpRequest, run_id: int, body: FinishIn) -> dict[str, Any]:
     run = runs.run_or_404(request, run_id)

@@ -18,8 +18,7 @@ from webapp.accounts import services as account_services
 from webapp.annotation import selectors, services
 from webapp.annotation.models import Project
 from webapp.api.auth import researcher_only
-from webapp.api.schemas import Detail, Page, PageQuery, page_of
-from webapp.text import NUL
+from webapp.api.schemas import NON_BLANK_TEXT, BodyIn, Detail, Page, PageQuery, WholeNumber, page_of
 from webapp.text_bounds import GUIDELINES_MAX_CHARS
 
 router = Router(tags=["projects"])
@@ -39,14 +38,14 @@ class ProjectOut(Schema):
     created_at: datetime
 
 
-class ProjectIn(Schema):
-    name: str = Field(..., min_length=1, max_length=NAME_MAX_CHARS)
+class ProjectIn(BodyIn):
+    name: str = Field(..., min_length=1, max_length=NAME_MAX_CHARS, json_schema_extra=NON_BLANK_TEXT)
     guidelines: str = Field("", max_length=GUIDELINES_MAX_CHARS,
                             description="Markdown, shown on every annotate page.")
     mode: Literal["ranking", "pairwise"] = "ranking"
-    responses_per_item: int = Field(4, ge=2, le=SMALL_INT_MAX)
-    annotators_per_item: int = Field(1, ge=1, le=SMALL_INT_MAX)
-    lease_minutes: int = Field(30, ge=1, le=SMALL_INT_MAX)
+    responses_per_item: WholeNumber = Field(4, ge=2, le=SMALL_INT_MAX)
+    annotators_per_item: WholeNumber = Field(1, ge=1, le=SMALL_INT_MAX)
+    lease_minutes: WholeNumber = Field(30, ge=1, le=SMALL_INT_MAX)
 
     @field_validator("name")
     @classmethod
@@ -54,15 +53,6 @@ class ProjectIn(Schema):
         value = value.strip()
         if not value:
             raise ValueError("is empty (or only whitespace)")
-        if NUL in value:
-            raise ValueError("holds a NUL character (\\u0000)")
-        return value
-
-    @field_validator("guidelines")
-    @classmethod
-    def guidelines_storable(cls, value: str) -> str:
-        if NUL in value:
-            raise ValueError("holds a NUL character (\\u0000)")
         return value
 
 
@@ -103,7 +93,7 @@ class Member(Schema):
     role: str
 
 
-class MemberIn(Schema):
+class MemberIn(BodyIn):
     username: str = Field(..., min_length=1, max_length=150)
 
 
@@ -127,7 +117,7 @@ def project_list(request: HttpRequest, paging: Query[PageQuery]) -> dict:
 @researcher_only
 def project_create(request: HttpRequest, payload: ProjectIn) -> Status:
     try:
-        project = services.project_create(owner=request.auth, **payload.dict())
+        project = services.project_create(owner=request.auth, **payload.model_dump())
     except IntegrityError:
         raise HttpError(409, f"name: a project named {payload.name!r} exists already") from None
     return Status(201, project)

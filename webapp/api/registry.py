@@ -9,7 +9,7 @@ from ninja.errors import HttpError
 from ninja.responses import Status
 
 from webapp.api.auth import researcher_only
-from webapp.api.schemas import Detail, Page, PageQuery, page_of
+from webapp.api.schemas import NON_BLANK_TEXT, BodyIn, Detail, Page, PageQuery, page_of
 from webapp.experiments import selectors, services
 
 router = Router(tags=["registry"])
@@ -25,9 +25,10 @@ class ModelOut(Schema):
     step: int | None
 
 
-class ModelIn(Schema):
-    path: str = Field(..., description="A directory under the model roots, a hub id (org/name), or a registered "
-                                       "model's path or name.")
+class ModelIn(BodyIn):
+    path: str = Field(..., json_schema_extra=NON_BLANK_TEXT,
+                      description="A directory under the model roots, a hub id (org/name), or a registered model's "
+                                  "path or name: it must be one (else a 422).")
     name: str = ""
 
 

@@ -9,17 +9,17 @@ do ("config.lr: must be > 0", "data_source.level: ...") and creates nothing; a q
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.http import HttpRequest
 from django.urls import reverse
-from ninja import Field, Query, Router, Schema, Status
+from ninja import Body, Field, Query, Router, Schema, Status
 from ninja.errors import HttpError
 
 from webapp.api.auth import researcher_only
-from webapp.api.schemas import Page, PageQuery, page_of
+from webapp.api.schemas import BodyIn, Detail, Page, PageQuery, WholeNumber, page_of
 from webapp.experiments import selectors, services
 from webapp.experiments.models import EXTERNAL_KIND, Run
 
@@ -56,9 +56,15 @@ class RunOut(Schema):
     url: str = Field(description="The run's page.")
 
 
-class RunCreateIn(Schema):
-    kind: str = Field(description='A trainer kind (reward_model, sft, dpo, grpo, ppo), or "external".')
-    name: str = ""
+RUN_KINDS = tuple(Run.Kind.values)
+RUN_STATUSES = tuple(Run.Status.values)
+RUN_NAME_MAX_CHARS = Run._meta.get_field("name").max_length
+
+
+class RunCreateIn(BodyIn):
+    kind: Literal[RUN_KINDS] = Field(  # type: ignore[valid-type]
+        description='A trainer kind (reward_model, sft, dpo, grpo, ppo), or "external".')
+    name: str = Field("", max_length=RUN_NAME_MAX_CHARS)
     config: dict[str, Any] = Field(default_factory=dict, description="The launch form's fields (the trainer's "
                                    'config for the kind); "preset" names a starting point, e.g. "dapo".')
     data_source: dict[str, Any] | None = Field(None, description='{"type": "arithmetic", "level": 1, "size": 64}, '
@@ -66,18 +72,18 @@ class RunCreateIn(Schema):
 
 
 class RunsQuery(PageQuery):
-    status: str = ""
-    kind: str = ""
+    status: Literal[("", *RUN_STATUSES)] = Field("", description="Empty or left out: any.")  # type: ignore[valid-type]
+    kind: Literal[("", *RUN_KINDS)] = Field("", description="Empty or left out: any.")  # type: ignore[valid-type]
     q: str = Field("", description="A part of the run's name.")
 
 
-class ResumeIn(Schema):
-    checkpoint_id: int
+class ResumeIn(BodyIn):
+    checkpoint_id: WholeNumber
     remove_later: bool = Field(False, description="Confirms removing the run's checkpoints after the chosen one.")
 
 
-class ForkIn(Schema):
-    name: str = ""
+class ForkIn(BodyIn):
+    name: str = Field("", max_length=RUN_NAME_MAX_CHARS)
     config: dict[str, Any] = Field(default_factory=dict, description="Fields set over the parent's config.")
 
 
@@ -94,7 +100,8 @@ class MetricRowsOut(Schema):
 
 
 class MetricRowsQuery(Schema):
-    after_step: int | None = Field(None, description="Rows after this step (from the first when left out).")
+    after_step: int | None = Field(None, ge=0, le=services.STEP_MAX,
+                                   description="Rows after this step (from the first when left out).")
     limit: int = Field(selectors.METRIC_ROWS_PAGE_MAX, ge=1, le=selectors.METRIC_ROWS_PAGE_MAX)
 
 
@@ -107,7 +114,7 @@ class SampleOut(Schema):
 
 
 class SamplesQuery(PageQuery):
-    step: int | None = None
+    step: int | None = Field(None, ge=0, le=services.STEP_MAX)
 
 
 def run_out(request: HttpRequest, run: Run) -> dict[str, Any]:
@@ -137,23 +144,25 @@ def refusal(error: ValidationError, *, conflict_fields: tuple[str, ...] = ()) ->
     ))
 
 
-def _choice(field: str, value: str, choices: list[tuple[str, str]]) -> str:
-    if value and value not in dict(choices):
-        raise HttpError(422, f'{field}: unknown {field} {value!r}; one of {", ".join(dict(choices))}')
-    return value
-
-
 @router.get("", response=Page[RunOut], summary="List runs")
 @researcher_only
 def runs_list(request: HttpRequest, filters: Query[RunsQuery]) -> dict[str, Any]:
     """Newest first; `status`, `kind` and `q` (a part of the name) narrow the list."""
-    runs = selectors.runs_list(user=request.auth, status=_choice("status", filters.status, Run.Status.choices),
-                               kind=_choice("kind", filters.kind, selectors.run_kind_choices()),
-                               query=filters.q.strip())
+    runs = selectors.runs_list(user=request.auth, status=filters.status, kind=filters.kind, query=filters.q.strip())
     return page_of(runs, paging=filters, item=lambda run: run_out(request, run))
 
 
-@router.post("", response={201: RunOut}, summary="Launch a run")
+# What the schema cannot say of a launch, a fork or a resume (tests/webapp/api/test_schema_fuzz.py allows these
+# operations a 422 for a request the schema allows).
+CHECKED_AS_A_LAUNCH = {"responses": {422: {"description": (
+    "Refused as the launch form refuses it, naming the field: besides the schema, the config is the trainer's for "
+    "the kind (its fields, their bounds against each other and against the data), the data source must exist "
+    "(a project, an arithmetic level), the model must be registered or under the model roots, and a resume's "
+    "checkpoint must be one of the run's. Nothing is created.")},
+    503: {"description": "The job queue (the broker) cannot be reached; nothing was created."}}}
+
+
+@router.post("", response={201: RunOut, 503: Detail}, openapi_extra=CHECKED_AS_A_LAUNCH, summary="Launch a run")
 @researcher_only
 def run_create(request: HttpRequest, body: RunCreateIn) -> Status:
     """Validated and queued as the launch form's launch; `kind: "external"` creates an external run (as POST
@@ -173,13 +182,13 @@ def run_create(request: HttpRequest, body: RunCreateIn) -> Status:
     return Status(201, run_out(request, run))
 
 
-@router.get("/{int:run_id}", response=RunOut, summary="Read a run")
+@router.get("/{int:run_id}", response={200: RunOut, 404: Detail}, summary="Read a run")
 @researcher_only
 def run_read(request: HttpRequest, run_id: int) -> dict[str, Any]:
     return run_out(request, run_or_404(request, run_id))
 
 
-@router.post("/{int:run_id}/cancel", response=RunOut, summary="Cancel a run")
+@router.post("/{int:run_id}/cancel", response={200: RunOut, 404: Detail, 409: Detail}, summary="Cancel a run")
 @researcher_only
 def run_cancel(request: HttpRequest, run_id: int) -> dict[str, Any]:
     """A queued run is canceled at once; a running one stops at its next step (an external run's program reads
@@ -193,7 +202,8 @@ def run_cancel(request: HttpRequest, run_id: int) -> dict[str, Any]:
     return run_out(request, run)
 
 
-@router.post("/{int:run_id}/resume", response=RunOut, summary="Resume a finished run from one of its checkpoints")
+@router.post("/{int:run_id}/resume", response={200: RunOut, 404: Detail, 409: Detail, 503: Detail},
+             openapi_extra=CHECKED_AS_A_LAUNCH, summary="Resume a finished run from one of its checkpoints")
 @researcher_only
 def run_resume(request: HttpRequest, run_id: int, body: ResumeIn) -> dict[str, Any]:
     """Later checkpoints are removed only with `remove_later: true` (else a 422 listing them); an active or an
@@ -207,10 +217,12 @@ def run_resume(request: HttpRequest, run_id: int, body: ResumeIn) -> dict[str, A
     return run_out(request, run)
 
 
-@router.post("/{int:run_id}/fork", response={201: RunOut}, summary="Fork a run")
+@router.post("/{int:run_id}/fork", response={201: RunOut, 404: Detail, 409: Detail, 503: Detail},
+             openapi_extra=CHECKED_AS_A_LAUNCH, summary="Fork a run")
 @researcher_only
-def run_fork(request: HttpRequest, run_id: int, body: ForkIn) -> Status:
-    """A new run from the parent's config and data with `config` set over it, validated and queued as a launch."""
+def run_fork(request: HttpRequest, run_id: int, body: ForkIn = Body(ForkIn())) -> Status:  # noqa: B008
+    """A new run from the parent's config and data with `config` set over it, validated and queued as a launch.
+    The body may be left out (the parent's config and name as they are); if sent, it is an object."""
     parent = run_or_404(request, run_id)
     if parent.is_external:
         raise HttpError(409, f"run {parent.pk} is an external run, logged by its own program; it cannot be forked here")
@@ -221,7 +233,8 @@ def run_fork(request: HttpRequest, run_id: int, body: ForkIn) -> Status:
     return Status(201, run_out(request, run))
 
 
-@router.get("/{int:run_id}/metrics", response=MetricRowsOut, summary="Every logged row of a run, in step order")
+@router.get("/{int:run_id}/metrics", response={200: MetricRowsOut, 404: Detail},
+            summary="Every logged row of a run, in step order")
 @researcher_only
 def run_metrics(request: HttpRequest, run_id: int, query: Query[MetricRowsQuery]) -> dict[str, Any]:
     """Every row, not downsampled (the run page's charts are): ask again with `after_step=next_after_step` until
@@ -231,7 +244,8 @@ def run_metrics(request: HttpRequest, run_id: int, query: Query[MetricRowsQuery]
     return {"rows": page.rows, "next_after_step": page.next_after_step}
 
 
-@router.get("/{int:run_id}/samples", response=Page[SampleOut], summary="A run's samples, in step order")
+@router.get("/{int:run_id}/samples", response={200: Page[SampleOut], 404: Detail},
+            summary="A run's samples, in step order")
 @researcher_only
 def run_samples(request: HttpRequest, run_id: int, query: Query[SamplesQuery]) -> dict[str, Any]:
     run = run_or_404(request, run_id)

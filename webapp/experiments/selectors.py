@@ -14,7 +14,6 @@ import numpy as np
 from django.apps import apps
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
-from django.core.cache import cache
 from django.db import connection
 from django.db.models import Q, QuerySet
 from django.utils import timezone
@@ -23,6 +22,7 @@ from trainer.config import PRESETS, Preset, with_preset
 from trainer.kinds import KINDS
 from trainer.sink import decode_json_value
 from webapp.accounts.roles import is_admin
+from webapp.caching import cache_get, cache_set
 from webapp.experiments.downsampling import Series, downsample
 from webapp.experiments.models import EXTERNAL_KIND, MODEL_FIELDS, MetricRow, ModelRef, Run, Sample
 from webapp.text import counted
@@ -315,7 +315,7 @@ def metric_series(
     names = _chosen_names(run.metric_names, metrics)
     full_range = after_step is None and x_min is None and x_max is None
     key = _cache_key(run, x_axis, max_points, names) if full_range and not run.is_active else None
-    if key is not None and (cached := cache.get(key)) is not None:
+    if key is not None and (cached := cache_get(key)) is not None:
         return cached
     filters = RowFilter(run_id=run_id, x_axis=x_axis, after_step=after_step, x_min=x_min, x_max=x_max)
     read = COLUMN_READERS.get(connection.vendor, _columns_portable)
@@ -328,7 +328,7 @@ def metric_series(
     last_step = int(columns.steps[-1]) if len(columns.steps) else (after_step or 0)
     payload = {"run": run_id, "x_axis": x_axis, "last_step": last_step, "series": series}
     if key is not None:
-        cache.set(key, payload, METRICS_CACHE_TIMEOUT_S)
+        cache_set(key, payload, METRICS_CACHE_TIMEOUT_S)
     return payload
 
 

@@ -783,8 +783,8 @@ FINISHED_STATUSES = (Status.SUCCEEDED, Status.FAILED, Status.CANCELED)
 
 
 class RunWriteRefused(Exception):
-    """A write the run cannot take in its state: it is no longer running, or it is not an external run (our own
-    runs are written by their worker only). The API answers 409."""
+    """A write the run cannot take in its state: it is no longer running, it is not an external run (our own
+    runs are written by their worker only), or it holds as many metric names as a run may. The API answers 409."""
 
 
 @dataclass(frozen=True)
@@ -816,6 +816,8 @@ def _logged_number(value: Any, where: str) -> float | None:
 
 
 def _whole_number(value: Any, where: str, *, maximum: int) -> int:
+    if isinstance(value, float) and value.is_integer():  # JSON has one type of number: 10.0 is 10
+        value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= maximum:
         raise ValidationError(f"{where}: expected a whole number from 0 to {maximum:,}; got {_shown(value)}")
     return value
@@ -979,7 +981,7 @@ def external_metrics_log(*, run_id: int, rows: Sequence[Any]) -> int:
             return 0
         names = set(run.metric_names).union(*(row["metrics"] for row in changed))
         if len(names) > RUN_METRIC_NAMES_MAX:
-            raise ValidationError(f"run {run.pk} would log {len(names):,} metric names; at most "
+            raise RunWriteRefused(f"run {run.pk} would log {len(names):,} metric names; at most "
                                   f"{RUN_METRIC_NAMES_MAX:,} (each is a chart)")
         metric_rows_write(run_id=run.pk, rows=changed, progress_never_back=True)
     return len(changed)
@@ -1004,7 +1006,8 @@ def _logged_samples(samples: Sequence[Any]) -> list[dict[str, Any]]:
             if problem:
                 raise ValidationError(f"{_where(index, field, 'sample')}: the text {problem}")
             texts[field] = sample[field]
-        rewards = sample.get("rewards") or {}
+        rewards = sample.get("rewards")
+        rewards = {} if rewards is None else rewards
         if not isinstance(rewards, Mapping):
             raise ValidationError(f"{_where(index, 'rewards', 'sample')}: expected an object of reward names to numbers")
         numbers = {}

@@ -68,11 +68,11 @@ def test_responses_added_as_a_sampling_job_adds_them(api, researcher):
     services.prompts_import(project=project, records=[ImportRecord(line=1, external_id="q", text="Q?")])
     prompt = Prompt.objects.get()
     response = api.post(f"/prompts/{prompt.pk}/responses",
-                        {"texts": ["first", "second\u0000"], "detail": {"model": "org/m", "temperature": 0.7}})
+                        {"texts": ["first", "second"], "detail": {"model": "org/m", "temperature": 0.7}})
     assert response.status_code == 201
     stored = list(Response.objects.filter(prompt=prompt).order_by("id"))
     assert response.json() == [{"id": row.pk, "text": row.text} for row in stored]
-    assert [row.text for row in stored] == ["first", "second\ufffd"]
+    assert [row.text for row in stored] == ["first", "second"]
     assert {row.source for row in stored} == {"api"} and stored[0].source_detail == {"model": "org/m",
                                                                                       "temperature": 0.7}
     prompt.refresh_from_db()
@@ -89,6 +89,11 @@ def test_responses_added_as_a_sampling_job_adds_them(api, researcher):
     ({"texts": ["a"], "source": "somewhere"}, "source"),
     ({"texts": ["a"], "detail": {"k": "nul\u0000"}}, "detail.k"),
     ({"texts": ["a"], "detail": {"list": [1, {"n\u0000": 1}]}}, "detail.list[1]"),
+    # as the import refuses them (one rule): a NUL is not stored as U+FFFD, a lone surrogate is not a 500
+    ({"texts": ["first", "second\u0000"]}, "texts[1]"),
+    ({"texts": ["a\ud800"]}, "texts[0]"),
+    ({"texts": ["a"], "detail": {"t": float("nan")}}, "detail.t"),
+    (5, "body"),
 ])
 def test_refused_responses_write_nothing(api, researcher, body, field):
     project = make_project(items=1, responses=2, owner=researcher)

@@ -119,7 +119,7 @@ def test_a_bad_row_is_refused_with_its_index_and_field_and_nothing_is_written(ap
 def test_a_samples_batch_sent_twice_is_written_once(api, external):
     batch = {"batch_id": str(uuid.uuid4()), "samples": [
         {"step": 10, "prompt": "2+2?", "completion": "4", "rewards": {"exact": 1.0}, "advantage": 0.5},
-        {"step": 10, "prompt": "3+3?", "completion": "7\x00", "rewards": {"exact": "nan"}},
+        {"step": 10, "prompt": "3+3?", "completion": "7\ufffd", "rewards": {"exact": "nan"}},
     ]}
     assert api.post(f"/runs/{external.pk}/samples", batch).json() == {"written": 2}
     assert api.post(f"/runs/{external.pk}/samples", batch).json() == {"written": 0}
@@ -132,6 +132,27 @@ def test_a_samples_batch_sent_twice_is_written_once(api, external):
     refused = api.post(f"/runs/{external.pk}/samples", {"batch_id": "b2", "samples": [{"step": 1, "prompt": "p"}]})
     assert refused.status_code == 422 and refused.json()["detail"].startswith('sample 0, field "completion"')
     assert not SampleBatch.objects.filter(batch_id="b2").exists()
+
+
+def test_text_the_database_cannot_hold_is_refused_naming_the_field_and_nothing_is_written(api, external):
+    """The rule of the import, for every text the API takes: the client makes a model's text storable before it
+    sends it (preflab_client.values.storable_text), as Preflab's own workers do."""
+    refusals = [
+        (f"/runs/{external.pk}/samples", {"batch_id": "b3", "samples": [
+            {"step": 1, "prompt": "p", "completion": "ok"}, {"step": 1, "prompt": "p", "completion": "7\x00"}]},
+         "samples[1].completion: contains a NUL character"),
+        (f"/runs/{external.pk}/samples", {"batch_id": "b\ud800", "samples": []}, "batch_id: contains a lone"),
+        (f"/runs/{external.pk}/log", {"rows": [{"step": 1, "metrics": {"lo\x00ss": 1.0}}]},
+         "rows[0].metrics: contains a NUL character"),
+        (f"/runs/{external.pk}/finish", {"status": "failed", "error": "\ud800"}, "error: contains a lone"),
+        ("/runs/external", {"name": "n", "config": {"lr": float("nan")}}, "config.lr: is nan, which JSON cannot hold"),
+    ]
+    for path, body, detail in refusals:
+        response = api.post(path, body)
+        assert response.status_code == 422 and response.json()["detail"].startswith(detail), response.json()
+    external.refresh_from_db()
+    assert external.status == "running" and not Sample.objects.filter(run=external).exists()
+    assert not MetricRow.objects.filter(run=external).exists() and Run.objects.count() == 1
 
 
 def test_heartbeat_cancel_and_finish(api, external):
@@ -151,7 +172,7 @@ def test_heartbeat_cancel_and_finish(api, external):
     assert api.post(f"/runs/{external.pk}/finish", {"status": "succeeded"}).status_code == 409
     assert Run.objects.get(pk=external.pk).status == Run.Status.CANCELED
     bad = api.post(f"/runs/{external.pk}/finish", {"status": "done"})
-    assert bad.status_code == 422 and bad.json()["detail"].startswith("status: expected one of succeeded, failed, canceled")
+    assert bad.status_code == 422 and bad.json()["detail"].startswith("status: Input should be 'succeeded', 'failed' or 'canceled'")
 
 
 def test_writes_after_finish_are_refused_but_replays_answer_as_before(api, external):
@@ -241,3 +262,14 @@ def test_the_run_page_list_and_compare_show_an_external_run(api, external, resea
     compare = researcher_client.get(f"/runs/compare?runs={external.pk}&runs={other.pk}")
     assert compare.status_code == 200
     assert [key for key, _ in compare.context["diff"]] == ["lr"]
+
+
+def test_a_run_past_its_metric_names_limit_is_a_conflict_and_the_row_is_not_written(api, external):
+    """The run's state refuses the row (each name is a chart), not the row's shape: a 409, as for a finished run."""
+    first = {f"m{index}": 1.0 for index in range(services.RUN_METRIC_NAMES_MAX)}
+    assert api.post(f"/runs/{external.pk}/log", {"rows": [{"step": 1, "metrics": first}]}).json() == {"written": 1}
+    refused = api.post(f"/runs/{external.pk}/log", {"rows": [{"step": 2, "metrics": {"one more": 1.0}}]})
+    assert refused.status_code == 409 and "at most 1,000 (each is a chart)" in refused.json()["detail"]
+    assert list(MetricRow.objects.filter(run=external).values_list("step", flat=True)) == [1]
+    accepted = api.post(f"/runs/{external.pk}/log", {"rows": [{"step": 2.0, "metrics": {"m0": 2.0}}]})
+    assert accepted.json() == {"written": 1}  # 2.0 is the whole number 2: JSON has one type of number

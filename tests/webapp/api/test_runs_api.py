@@ -42,7 +42,7 @@ def test_a_refused_launch_names_the_field_and_creates_nothing(api, tiny_model, d
         refusals = [
             (_launch_body(tiny_model, lr=-1.0), 'config.lr: must be > 0'),
             (_launch_body(tiny_model, lr_typo=0.1), 'config.lr_typo: unknown field'),
-            ({**_launch_body(tiny_model), "kind": "rlhf"}, 'kind: unknown run kind'),
+            ({**_launch_body(tiny_model), "kind": "rlhf"}, "kind: Input should be 'reward_model', 'sft'"),
             ({**_launch_body(tiny_model), "data_source": {"type": "arithmetic", "level": 7, "size": 8}},
              'data_source.level: must be 1, 2 or 3'),
             ({**_launch_body(tiny_model), "data_source": {"type": "upload", "path": "/etc/passwd"}},
@@ -114,7 +114,7 @@ def test_the_list_filters_by_status_kind_and_name_and_pages(api, tiny_model, res
     assert ([run["id"] for run in page["items"]], page["count"], page["next"]) == ([third.pk, second.pk], 4, 3)
     assert api.get("/runs", limit=2, offset=2).json()["next"] is None
     refused = api.get("/runs", status="finished")
-    assert refused.status_code == 422 and refused.json()["detail"].startswith("status: unknown status 'finished'")
+    assert refused.status_code == 422 and refused.json()["detail"].startswith("status: Input should be '', 'queued'")
 
 
 def test_cancel_cancels_a_queued_run_and_refuses_a_finished_one(api, tiny_model, researcher):

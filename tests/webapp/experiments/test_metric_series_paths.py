@@ -1,12 +1,17 @@
-"""The metric series a chart draws: the Postgres and portable readers agree, finished runs are cached safely."""
+"""The metric series a chart draws: the Postgres and portable readers agree, finished runs are cached safely,
+and a cache that is down or full only makes the charts compute again."""
 
+import logging
 import math
+import shutil
 
 import pytest
 from django.core.cache import cache
 from django.db import connection
 from django.utils import timezone
 
+from tests.workers.test_faults import PrivateRedis
+from webapp import caching
 from webapp.env import cache_from_url
 from webapp.experiments import selectors, services
 from webapp.experiments.models import Run
@@ -126,3 +131,39 @@ def test_a_finished_runs_series_are_shared_through_redis_when_cache_url_is_set(s
         assert selectors.metric_series(run_id=run.pk) == first
     finally:
         client.flushdb()
+
+
+@pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server for a cache of its own")
+def test_the_charts_answer_while_the_caches_redis_is_down_or_full(settings, researcher_client, tmp_path, monkeypatch,
+                                                                  caplog):
+    import redis as redis_client
+
+    monkeypatch.setattr(caching, "_skip_until", 0.0)  # no outage left over from another test
+    server = PrivateRedis(tmp_path)
+    server.start()
+    try:
+        settings.CACHES = {"default": cache_from_url("CACHE_URL", server.url)}
+        run = _run(Run.Status.SUCCEEDED)
+        _write(run, range(1, 101))
+        url = f"/runs/{run.pk}/metrics"
+        first = researcher_client.get(url)
+        assert first.status_code == 200 and list(redis_client.Redis.from_url(server.url).scan_iter("preflab:*"))
+
+        # full (maxmemory reached, nothing to evict): a read still answers, a write is refused
+        redis_client.Redis.from_url(server.url).config_set("maxmemory", 1)
+        with caplog.at_level(logging.WARNING, logger="webapp.caching"):
+            by_time = researcher_client.get(url, {"x": "wall_time"})
+        assert by_time.status_code == 200 and sorted(by_time.json()["series"]) == sorted(first.json()["series"])
+        assert "the cache could not be written (OutOfMemoryError" in caplog.text
+
+        server.stop()
+        monkeypatch.setattr(caching, "_skip_until", 0.0)  # try the stopped server now, not in 30 s
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="webapp.caching"):
+            down = researcher_client.get(url)
+            again = researcher_client.get(url)  # within the retry delay: the cache is not even tried
+        assert down.status_code == 200 and down.json() == first.json()
+        assert again.status_code == 200 and again.json() == first.json()
+        assert caplog.text.count("the cache could not be read (ConnectionError") == 1
+    finally:
+        server.stop()

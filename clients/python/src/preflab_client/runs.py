@@ -35,7 +35,7 @@ from preflab_client.outbox import (
     outbox_root,
     replay_outboxes,
 )
-from preflab_client.values import NotANumber, metric_value, number_text
+from preflab_client.values import NotANumber, metric_value, number_text, storable_text
 
 if TYPE_CHECKING:
     from preflab_client.client import Client
@@ -153,7 +153,7 @@ class ExternalRun:
             self._finished = True
             body: dict[str, Any] = {"status": status or ("canceled" if self._stop_requested else "succeeded")}
             if error:
-                body["error"] = error
+                body["error"] = storable_text(error)
             self._seal()
             self._outgoing.append({"kind": "finish", "body": body})
         self._close(timeout, finishing=True)
@@ -381,12 +381,12 @@ def _sample_row(sample: Mapping[str, Any], step: int) -> dict:
 
 
 def _text(value: Any) -> str:
-    """A prompt or completion as text: a conversation ({role, content} messages) as "role: content" turns,
-    a single assistant message as its content."""
+    """A prompt or completion as storable text: a conversation ({role, content} messages) as "role: content"
+    turns, a single assistant message as its content."""
     if isinstance(value, str):
-        return value
+        return storable_text(value)
     if isinstance(value, list | tuple) and all(isinstance(item, Mapping) for item in value):
         if len(value) == 1 and value[0].get("role") == "assistant":
-            return str(value[0].get("content", ""))
-        return "\n\n".join(f"{item.get('role', '')}: {item.get('content', '')}" for item in value)
-    return str(value)
+            return storable_text(str(value[0].get("content", "")))
+        return storable_text("\n\n".join(f"{item.get('role', '')}: {item.get('content', '')}" for item in value))
+    return storable_text(str(value))

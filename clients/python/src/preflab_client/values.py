@@ -4,12 +4,17 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
 # what the server may send back for a non-finite value (its storage spells them as JavaScript does)
 _NON_FINITE = {"nan": math.nan, "NaN": math.nan, "inf": math.inf, "Infinity": math.inf, "-inf": -math.inf,
                "-Infinity": -math.inf}
+
+
+# The server refuses text holding either (Postgres cannot store them), naming the field.
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 
 class NotANumber(ValueError):
@@ -23,6 +28,12 @@ def number_text(value: float) -> float | str:
     if math.isinf(value):
         return "inf" if value > 0 else "-inf"
     return value
+
+
+def storable_text(text: str) -> str:
+    """What a model wrote, as the server stores it: a NUL or a lone surrogate (a byte-level tokenizer decodes any
+    byte) replaced by U+FFFD, as Preflab's own workers store a model's text, instead of the batch being refused."""
+    return _UNSTORABLE.sub("\ufffd", text)
 
 
 def metric_value(value: Any) -> float | str | None:
