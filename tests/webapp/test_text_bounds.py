@@ -110,7 +110,7 @@ def test_the_api_refuses_records_and_responses_over_their_bounds(api, researcher
                                        "nothing was imported")
     answer = api.post(f"/prompts/{prompt.pk}/responses", {"texts": ["fine", "r" * (RESPONSE_MAX_CHARS + 1)]})
     assert answer.status_code == 422
-    assert answer.json()["detail"].startswith(f"texts.1: String should have at most {RESPONSE_MAX_CHARS}")
+    assert answer.json()["detail"].startswith(f"texts[1]: String should have at most {RESPONSE_MAX_CHARS}")
     assert (Prompt.objects.count(), Response.objects.count()) == (1, 2)
     answer = api.post(f"/prompts/{prompt.pk}/responses", {"texts": ["r" * RESPONSE_MAX_CHARS]})
     assert answer.status_code == 201 and Response.objects.count() == 3

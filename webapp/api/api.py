@@ -10,6 +10,8 @@ from collections.abc import Callable
 from functools import wraps
 from typing import Any
 
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.http.request import RawPostDataException
 from django.urls import URLPattern, re_path
@@ -24,6 +26,7 @@ from webapp.api.auth import TokenAuth
 from webapp.api.openapi import declared_as_it_answers
 from webapp.api.schemas import BodyIn, refusal_text
 from webapp.text import UnstorableValue, unstorable_value_check
+from webapp.uploads import body_left_unread, size_text
 
 
 class PreflabApi(NinjaAPI):
@@ -54,6 +57,17 @@ def body_not_json(request: HttpRequest, error: RawPostDataException) -> HttpResp
     return api.create_response(
         request, {"detail": f"body: send JSON (Content-Type: application/json), not {request.content_type}"},
         status=415,
+    )
+
+
+@api.exception_handler(RequestDataTooBig)
+def body_too_large(request: HttpRequest, error: RequestDataTooBig) -> HttpResponse:
+    """A JSON body past what Django reads into memory (DATA_UPLOAD_MAX_MEMORY_SIZE): the API's 413, not Django's
+    HTML page for a bad request."""
+    body_left_unread(request)
+    limit = size_text(settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
+    return api.create_response(
+        request, {"detail": f"body: larger than the {limit} a JSON body may hold; nothing was stored"}, status=413,
     )
 
 

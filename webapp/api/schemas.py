@@ -123,7 +123,7 @@ def refusal_text(errors: list[dict[str, Any]]) -> str:
     without ninja's prefix (its location and the endpoint's parameter name)."""
     said = []
     for error in errors:
-        location = [str(part) for part in error.get("loc", ())]
+        location = list(error.get("loc", ()))
         if location[:1] == ["body"]:
             location = location[2:] or ["body"]
         elif location[:1] in (["query"], ["path"], ["header"]):
@@ -131,5 +131,13 @@ def refusal_text(errors: list[dict[str, Any]]) -> str:
         # pydantic's own check of a string's length meets a lone surrogate first: say it as the text rule does
         message = (LONE_SURROGATE_PROBLEM if error.get("type") == "string_unicode"
                    else str(error.get("msg", "refused")).removeprefix("Value error, "))
-        said.append(f"{'.'.join(location) or 'request'}: {message}")
+        said.append(f"{field_path(location) or 'request'}: {message}")
     return "; ".join(said)
+
+
+def field_path(location: list[Any]) -> str:
+    """A field as the text rule names it (webapp.text.unstorable_value_check): `config.targets[2]`."""
+    path = ""
+    for part in location:
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+    return path

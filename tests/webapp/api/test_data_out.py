@@ -85,7 +85,7 @@ def test_responses_added_as_a_sampling_job_adds_them(api, researcher):
 @pytest.mark.parametrize(("body", "field"), [
     ({"texts": []}, "texts"),
     ({}, "texts"),
-    ({"texts": [3]}, "texts.0"),
+    ({"texts": [3]}, "texts[0]"),
     ({"texts": ["a"], "source": "somewhere"}, "source"),
     ({"texts": ["a"], "detail": {"k": "nul\u0000"}}, "detail.k"),
     ({"texts": ["a"], "detail": {"list": [1, {"n\u0000": 1}]}}, "detail.list[1]"),

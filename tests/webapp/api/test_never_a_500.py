@@ -102,3 +102,15 @@ def test_a_fork_with_an_object_or_no_body_is_queued(api, forkable):
     assert api.post(f"/runs/{forkable.pk}/fork", {"name": "second"}).status_code == 201
     assert list(Run.objects.filter(parent=forkable).values_list("name", flat=True).order_by("pk")) == [
         "to resume (fork)", "second"]
+
+
+def test_a_json_body_past_what_django_reads_into_memory_is_the_apis_413_and_nothing_is_written(api, project, settings):
+    """Django refuses to read a body past DATA_UPLOAD_MAX_MEMORY_SIZE with its own HTML page for a bad request;
+    the API answers its JSON 413 instead (responses may be 200,000 characters each, 1,000 of them)."""
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 10_000
+    prompt = project.prompts.first()
+    before = Response.objects.count()
+    answer = api.post(f"/prompts/{prompt.pk}/responses", {"texts": ["r" * 20_000]})
+    assert answer.status_code == 413 and answer["Content-Type"] == "application/json; charset=utf-8"
+    assert answer.json()["detail"].startswith("body: larger than the 9.8 KiB a JSON body may hold"), answer.json()
+    assert Response.objects.count() == before

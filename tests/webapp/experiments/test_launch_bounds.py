@@ -81,14 +81,14 @@ def test_the_api_refuses_it_with_a_422_naming_the_field_and_writes_nothing(
 def test_non_finite_numbers_and_the_other_kinds_bounds_are_refused_by_the_api_naming_the_field(
     researcher, tiny_model, django_capture_on_commit_callbacks
 ):
-    """JSON as Python reads it spells NaN and Infinity; the online kinds have bounds of their own."""
+    """JSON as Python reads it spells NaN and Infinity (the API's text rule refuses them wherever they stand, before
+    the config's own finite checks, which the CLI meets); the online kinds have bounds of their own."""
     api = api_client_of(researcher)
     refusals = [
-        ("reward_model", {"lr": float("nan")}, "config.lr", "must be a finite number, got nan"),
-        ("reward_model", {"epochs": float("inf"), "max_steps": None}, "config.epochs", "must be a finite number"),
+        ("reward_model", {"lr": float("nan")}, "config.lr", "is nan, which JSON cannot hold: give a finite number"),
+        ("reward_model", {"epochs": float("inf"), "max_steps": None}, "config.epochs", "give a finite number"),
         ("grpo", {"group_size": 2**40}, "config.group_size", "must be <= 1024"),
-        ("grpo", {"rewards": {"answer_match": float("inf")}}, "config.rewards",
-         "answer_match: weight must be a finite number, got inf"),
+        ("grpo", {"rewards": {"answer_match": float("inf")}}, "config.rewards.answer_match", "give a finite number"),
         ("grpo", {"num_nodes": 2**40}, "config.num_nodes", "must be <= 256"),
     ]
     with django_capture_on_commit_callbacks() as published:

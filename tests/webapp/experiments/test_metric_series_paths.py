@@ -134,8 +134,8 @@ def test_a_finished_runs_series_are_shared_through_redis_when_cache_url_is_set(s
 
 
 @pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server for a cache of its own")
-def test_the_charts_answer_while_the_caches_redis_is_down_or_full(settings, researcher_client, tmp_path, monkeypatch,
-                                                                  caplog):
+def test_the_charts_answer_while_the_caches_redis_is_down_or_full(settings, researcher_client, researcher, tmp_path,
+                                                                  monkeypatch, caplog):
     import redis as redis_client
 
     monkeypatch.setattr(caching, "_skip_until", 0.0)  # no outage left over from another test
@@ -144,6 +144,7 @@ def test_the_charts_answer_while_the_caches_redis_is_down_or_full(settings, rese
     try:
         settings.CACHES = {"default": cache_from_url("CACHE_URL", server.url)}
         run = _run(Run.Status.SUCCEEDED)
+        Run.objects.filter(pk=run.pk).update(created_by=researcher)  # the researcher's run
         _write(run, range(1, 101))
         url = f"/runs/{run.pk}/metrics"
         first = researcher_client.get(url)
