@@ -20,8 +20,8 @@ from common import (
     trl_common_args,
 )
 
-from trainer.config import config_from_dict
 from trainer.dpo import train
+from trainer.kinds import config_from_dict
 
 LR = 1e-6
 BETA = 0.1

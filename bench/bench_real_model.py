@@ -37,7 +37,7 @@ from common import TRL_CPU_RUN, TimingSink, print_table, scratch_dir, timed_trl_
 from transformers import AutoConfig, AutoTokenizer
 
 from trainer import grpo as our_grpo
-from trainer.config import config_from_dict
+from trainer.kinds import config_from_dict
 from trainer.rewards import REWARD_FUNCTIONS, RewardInput
 
 GRPO_LR = 1e-6

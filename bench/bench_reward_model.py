@@ -18,7 +18,7 @@ from common import (
     trl_common_args,
 )
 
-from trainer.config import config_from_dict
+from trainer.kinds import config_from_dict
 from trainer.reward_model import train
 
 LR = 1e-4

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainer.config import BaseConfig, ConfigError, config_from_dict
-from trainer.kinds import KINDS, run_kind
+from trainer.config import BaseConfig, ConfigError
+from trainer.kinds import KINDS, config_from_dict, run_kind
 from trainer.sink import SampleRow
 
 DATA_KEYS = ("train_file", "eval_file", "task", "task_level", "task_train_size", "task_eval_size")

@@ -16,12 +16,13 @@ value is a choice, and costs nothing more. The bounds that need the data's size 
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import math
 import types
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from trainer.rewards import check_reward_weights
 
 LrScheduler = Literal["linear", "cosine", "constant"]
 DpoLossType = Literal["sigmoid", "ipo", "hinge"]
@@ -313,56 +314,9 @@ class DPOConfig(BaseConfig):
             raise ConfigError("label_smoothing", f"applies to the sigmoid loss only, not {self.loss_type!r}")
 
 
-def __getattr__(name: str) -> Any:
-    # CONFIG_CLASSES is a view of the registry of run kinds, which imports this module: built on first use.
-    if name == "CONFIG_CLASSES":
-        return _config_classes()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def _config_classes() -> dict[str, type[BaseConfig]]:
-    from trainer.kinds import KINDS
-
-    return {name: kind.config_class for name, kind in KINDS.items()}
-
-
-def _config_class(kind: str) -> type[BaseConfig]:
-    from trainer.kinds import run_kind
-
-    return run_kind(kind).config_class
-
-
-def config_from_dict(kind: str, data: dict[str, Any]) -> BaseConfig:
-    """Build and validate the config of run kind `kind`; unknown keys and wrong types are ConfigErrors.
-
-    A `preset` key names a starting point (PRESETS) that the other keys are set on top of."""
-    cls = _config_class(kind)
-    if "preset" in data:
-        data = with_preset(kind, str(data["preset"]), {key: value for key, value in data.items() if key != "preset"})
-    names = [f.name for f in dataclasses.fields(cls)]
-    for key in data:
-        if key not in names:
-            close = difflib.get_close_matches(key, names, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise ConfigError(key, f"unknown field {key!r} for {kind}{hint}")
-    for f in dataclasses.fields(cls):
-        if f.name not in data and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            raise ConfigError(f.name, "is required")
-    config = cls(**data)
-    config.validate()
-    return config
-
-
 def config_to_dict(config: BaseConfig) -> dict[str, Any]:
     """Plain JSON-ready dict of every field (the inverse of config_from_dict)."""
     return dataclasses.asdict(config)
-
-
-def config_kind(config: BaseConfig) -> str:
-    for kind, cls in _config_classes().items():
-        if type(config) is cls:
-            return kind
-    raise ConfigError("kind", f"{type(config).__name__} is not a registered run config")
 
 
 def _check_processes(config: BaseConfig) -> None:
@@ -588,8 +542,6 @@ class OnlineConfig(BaseConfig):
         return self.max_length - self.max_new_tokens if _is_int(self.max_new_tokens) else self.max_length // 2
 
     def validate(self) -> None:
-        from trainer.rewards import check_reward_weights
-
         _check_types(self)
         _check_finite_and_maxima(self)
         if self.max_new_tokens >= self.max_length:
@@ -658,7 +610,7 @@ class GRPOConfig(OnlineConfig):
     def dapo(cls, **fields: Any) -> GRPOConfig:
         """The DAPO preset (clip-higher, token-mean, dynamic sampling, overlong filtering and soft punishment,
         no KL); `fields` are set on top of it."""
-        return cls(**with_preset("grpo", "dapo", fields))
+        return cls(**DAPO.under(cls, fields))
 
 
 DAPO_OPTIONS: dict[str, Any] = {
@@ -679,36 +631,27 @@ class Preset:
     # added to the run's reward functions unless the run gives that function's weight itself
     rewards: dict[str, float] = field(default_factory=dict)
 
-
-PRESETS: dict[str, dict[str, Preset]] = {
-    "grpo": {
-        "dapo": Preset(
-            "DAPO (Yu et al., 2025): clip-higher (epsilon_high 0.28), token-mean loss, dynamic sampling, "
-            "overlong filtering and the soft overlong punishment, with no KL term (beta 0).",
-            DAPO_OPTIONS,
-            {"soft_overlong": 1.0},
-        ),
-    },
-}
+    def under(self, config_class: type[BaseConfig], fields: dict[str, Any]) -> dict[str, Any]:
+        """`fields` on top of this preset's, for a config of `config_class` (whose default rewards the preset's
+        rewards join)."""
+        merged = {**self.fields, **fields}
+        if self.rewards:
+            own = fields.get("rewards")
+            merged["rewards"] = {**self.rewards, **(_default_rewards(config_class) if own is None else own)}
+        return merged
 
 
-def with_preset(kind: str, name: str, fields: dict[str, Any]) -> dict[str, Any]:
-    """`fields` on top of preset `name` of run kind `kind`; an unknown preset is a ConfigError naming the choices."""
-    presets = PRESETS.get(kind, {})
-    if name not in presets:
-        choices = f"choose one of {', '.join(presets)}" if presets else f"{kind} has no presets"
-        raise ConfigError("preset", f"unknown preset {name!r} for {kind}; {choices}")
-    preset = presets[name]
-    merged = {**preset.fields, **fields}
-    if preset.rewards:
-        own = fields.get("rewards")
-        merged["rewards"] = {**preset.rewards, **(_default_rewards(kind) if own is None else own)}
-    return merged
-
-
-def _default_rewards(kind: str) -> dict[str, float]:
-    (rewards,) = (f.default_factory() for f in dataclasses.fields(_config_class(kind)) if f.name == "rewards")
+def _default_rewards(config_class: type[BaseConfig]) -> dict[str, float]:
+    (rewards,) = (f.default_factory() for f in dataclasses.fields(config_class) if f.name == "rewards")
     return rewards
+
+
+DAPO = Preset(
+    "DAPO (Yu et al., 2025): clip-higher (epsilon_high 0.28), token-mean loss, dynamic sampling, "
+    "overlong filtering and the soft overlong punishment, with no KL term (beta 0).",
+    DAPO_OPTIONS,
+    {"soft_overlong": 1.0},
+)
 
 
 @dataclass(kw_only=True)

@@ -29,9 +29,10 @@ from torch.optim.lr_scheduler import LambdaLR
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from trainer import distributed
-from trainer.config import BaseConfig, ConfigError, check_data_size, config_kind, config_to_dict
+from trainer.config import BaseConfig, ConfigError, check_data_size, config_to_dict
 from trainer.data import Limits
 from trainer.devices import HOST
+from trainer.kinds import config_kind
 from trainer.models import (
     LoraOptions,
     Precision,

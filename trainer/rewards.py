@@ -1,7 +1,8 @@
-"""Rewards for GRPO and PPO: a registry of rule-based functions combined by weights, and a reward-model scorer.
+"""Rewards for GRPO and PPO: a registry of rule-based functions, combined by weights with an optional scorer (a
+reward model: trainer.rollout.RewardModelScorer).
 
-Importing this module must not import torch (DESIGN section 6): the web process lists `REWARD_FUNCTIONS`
-names and help texts for its launch form. Only `RewardModelScorer` loads torch, when it is built.
+Importing this module must not import torch: the web process lists `REWARD_FUNCTIONS` names and help texts for
+its launch form, and the configs check their reward weights against it.
 """
 
 from __future__ import annotations
@@ -109,46 +110,6 @@ def check_reward_weights(weights: Mapping[str, float], *, field: str = "rewards"
             raise ValueError(f"{field}.{name}: weight must be a number, got {weight!r}")
         if not math.isfinite(weight):
             raise ValueError(f"{field}.{name}: weight must be a finite number, got {weight!r}")
-
-
-class RewardModelScorer:
-    """Scores prompt + completion with a trained reward model (a scalar head), in batches.
-
-    Sequences are built as trainer.reward_model trains on them (trainer.chat.encode_completions, TRL's
-    tokenisation): a text prompt + completion + EOS, or a conversation + the completion as the assistant's turn
-    through the chat template; right-padded.
-    """
-
-    def __init__(self, path: str, *, batch_size: int = 16, precision: Any = None) -> None:
-        """`precision`: the run's trainer.models.Precision (a frozen scorer is held in its frozen dtype)."""
-        from trainer.models import load_reward_model, load_tokenizer
-
-        self.tokenizer = load_tokenizer(path)
-        self.model = load_reward_model(path, pad_token_id=self.tokenizer.pad_token_id, precision=precision, frozen=True)
-        self.batch_size = batch_size
-
-    def _example(self, prompt: str | list[dict], completion: str):
-        from trainer.chat import assistant_turn, encode_completions
-        from trainer.data import SequenceExample
-
-        answer = completion if isinstance(prompt, str) else assistant_turn(completion)
-        prompt_ids, (completion_ids,) = encode_completions(self.tokenizer, prompt, [answer])
-        return SequenceExample(prompt_ids + completion_ids, len(prompt_ids))
-
-    def __call__(self, prompts: Sequence[str], completions: Sequence[str]) -> list[float]:
-        import torch
-
-        from trainer.data import collate
-
-        examples = [self._example(p, c) for p, c in zip(prompts, completions, strict=True)]
-        scores: list[float] = []
-        with torch.no_grad():
-            for start in range(0, len(examples), self.batch_size):
-                batch = collate(examples[start : start + self.batch_size], pad_token_id=self.tokenizer.pad_token_id)
-                batch = batch.to(self.model.device)
-                logits = self.model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False).logits
-                scores.extend(logits[:, 0].float().tolist())
-        return scores
 
 
 @dataclass

@@ -18,9 +18,9 @@ from torch.optim.lr_scheduler import LambdaLR
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from trainer import distributed
-from trainer.chat import display_text
+from trainer.chat import assistant_turn, display_text, encode_completions
 from trainer.config import OnlineConfig, check_data_size
-from trainer.data import DataError, Limits, check_rows, encode_prompt
+from trainer.data import DataError, Limits, SequenceExample, check_rows, collate, encode_prompt
 from trainer.devices import HOST
 from trainer.evaluation import accuracy_evaluator, format_rate
 from trainer.generation import GenerationBackend, GroupSamples, SamplingParams, concat_samples
@@ -34,8 +34,16 @@ from trainer.loop import (
     seed_everything,
     train_loop,
 )
-from trainer.models import LoraOptions, Precision, load_policy, load_tokenizer, pick_device, run_precision
-from trainer.rewards import Rewarder, RewardModelScorer, reward_inputs
+from trainer.models import (
+    LoraOptions,
+    Precision,
+    load_policy,
+    load_reward_model,
+    load_tokenizer,
+    pick_device,
+    run_precision,
+)
+from trainer.rewards import Rewarder, reward_inputs
 from trainer.sink import Sink, sample_row
 
 
@@ -69,6 +77,38 @@ def concat_scored(parts: Sequence[ScoredGroups], *, pad_token_id: int) -> Scored
         rewards=[r for p in parts for r in p.rewards],
         per_function={name: [v for p in parts for v in p.per_function[name]] for name in parts[0].per_function},
     )
+
+
+class RewardModelScorer:
+    """Scores prompt + completion with a trained reward model (a scalar head), in batches: the scorer of a
+    `Rewarder`.
+
+    Sequences are built as trainer.reward_model trains on them (trainer.chat.encode_completions, TRL's
+    tokenisation): a text prompt + completion + EOS, or a conversation + the completion as the assistant's turn
+    through the chat template; right-padded.
+    """
+
+    def __init__(self, path: str, *, batch_size: int = 16, precision: Precision | None = None) -> None:
+        """`precision`: the run's precision (a frozen scorer is held in its frozen dtype)."""
+        self.tokenizer = load_tokenizer(path)
+        self.model = load_reward_model(path, pad_token_id=self.tokenizer.pad_token_id, precision=precision, frozen=True)
+        self.batch_size = batch_size
+
+    def _example(self, prompt: str | list[dict], completion: str) -> SequenceExample:
+        answer = completion if isinstance(prompt, str) else assistant_turn(completion)
+        prompt_ids, (completion_ids,) = encode_completions(self.tokenizer, prompt, [answer])
+        return SequenceExample(prompt_ids + completion_ids, len(prompt_ids))
+
+    def __call__(self, prompts: Sequence[str], completions: Sequence[str]) -> list[float]:
+        examples = [self._example(p, c) for p, c in zip(prompts, completions, strict=True)]
+        scores: list[float] = []
+        with torch.no_grad():
+            for start in range(0, len(examples), self.batch_size):
+                batch = collate(examples[start : start + self.batch_size], pad_token_id=self.tokenizer.pad_token_id)
+                batch = batch.to(self.model.device)
+                logits = self.model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False).logits
+                scores.extend(logits[:, 0].float().tolist())
+        return scores
 
 
 def build_rewarder(config: OnlineConfig, precision: Precision | None = None) -> Rewarder:

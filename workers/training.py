@@ -24,8 +24,7 @@ import traceback
 from collections.abc import Mapping
 from typing import IO, TYPE_CHECKING
 
-from trainer.config import config_from_dict
-from trainer.kinds import run_kind
+from trainer.kinds import config_from_dict, run_kind
 from trainer.sink import SampleRow, Sink
 from webapp.experiments import services
 from webapp.experiments.data_sources import training_rows

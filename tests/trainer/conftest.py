@@ -10,7 +10,7 @@ import torch
 from transformers.utils import logging as transformers_logging
 
 from trainer.builtin_datasets import arithmetic
-from trainer.config import config_from_dict
+from trainer.kinds import config_from_dict
 from trainer.sink import MemorySink
 
 torch.set_num_threads(1)

@@ -9,9 +9,9 @@ from transformers import AutoTokenizer
 
 from trainer.builtin_datasets import arithmetic
 from trainer.chat import encode_prompt
-from trainer.config import config_from_dict
 from trainer.data import DataError, Limits, tokenize_pairs
-from trainer.rewards import RewardModelScorer
+from trainer.kinds import config_from_dict
+from trainer.rollout import RewardModelScorer
 from trainer.sink import MemorySink
 
 # ChatML's shape written with the tiny tokenizer's own special tokens: <s> opens a turn, </s> (its eos) ends it

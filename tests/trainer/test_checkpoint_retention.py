@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from trainer.builtin_datasets import arithmetic
-from trainer.config import ConfigError, config_from_dict
+from trainer.config import ConfigError
+from trainer.kinds import config_from_dict
 from trainer.loop import STATE_FILE
 from trainer.sft import train
 from trainer.sink import FileSink, MemorySink, read_jsonl

@@ -3,7 +3,8 @@ run files and the CLI alike, because the trainer's config derives them."""
 
 import pytest
 
-from trainer.config import ConfigError, GRPOConfig, config_from_dict, config_to_dict
+from trainer.config import ConfigError, GRPOConfig, config_to_dict
+from trainer.kinds import config_from_dict
 
 REQUIRED = {"model": "models/tiny", "output_dir": "runs/1"}
 

@@ -2,7 +2,8 @@ import dataclasses
 
 import pytest
 
-from trainer.config import CONFIG_CLASSES, ConfigError, DPOConfig, config_from_dict, config_to_dict
+from trainer.config import ConfigError, DPOConfig, config_to_dict
+from trainer.kinds import CONFIG_CLASSES, config_from_dict
 
 REQUIRED = {"model": "models/tiny", "output_dir": "runs/1"}
 

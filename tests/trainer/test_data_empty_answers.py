@@ -5,8 +5,8 @@ import importlib
 
 import pytest
 
-from trainer.config import config_from_dict
 from trainer.data import DataError
+from trainer.kinds import config_from_dict
 from trainer.sink import MemorySink
 
 

@@ -1,7 +1,7 @@
 import pytest
 
-from trainer.config import config_from_dict
 from trainer.data import DataError, read_jsonl_rows
+from trainer.kinds import config_from_dict
 from trainer.sink import MemorySink
 
 

@@ -23,7 +23,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from trainer.builtin_datasets import arithmetic
-from trainer.config import config_from_dict
+from trainer.kinds import config_from_dict
 from trainer.sink import MemorySink
 
 REPO = Path(__file__).resolve().parents[2]

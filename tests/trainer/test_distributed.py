@@ -21,8 +21,9 @@ from torch.distributed.checkpoint import FileSystemReader
 from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
 from trainer.cli import main
-from trainer.config import ConfigError, config_from_dict
+from trainer.config import ConfigError
 from trainer.distributed import setup
+from trainer.kinds import config_from_dict
 from trainer.sink import read_jsonl
 
 REPO = Path(__file__).parents[2]

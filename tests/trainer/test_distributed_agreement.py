@@ -10,9 +10,10 @@ import torch
 
 from trainer import distributed
 from trainer.builtin_datasets import arithmetic
-from trainer.config import ConfigError, config_from_dict
+from trainer.config import ConfigError
 from trainer.distributed import Processes
 from trainer.grpo import ProcessPart, micro_batch_rows
+from trainer.kinds import config_from_dict
 from trainer.loop import cuda_rng_states, rng_state, set_rng_state
 from trainer.sft import train
 from trainer.sink import MemorySink

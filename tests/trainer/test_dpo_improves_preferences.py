@@ -5,8 +5,8 @@ wrong answer; the RPO term (NLL on chosen, Pang et al. 2024) keeps them.
 """
 
 from trainer.builtin_datasets import arithmetic
-from trainer.config import config_from_dict
 from trainer.dpo import train
+from trainer.kinds import config_from_dict
 from trainer.sink import MemorySink
 
 

@@ -3,8 +3,8 @@ import math
 import pytest
 
 from trainer.builtin_datasets import arithmetic
-from trainer.config import config_from_dict
 from trainer.dpo import train
+from trainer.kinds import config_from_dict
 from trainer.sink import MemorySink
 
 

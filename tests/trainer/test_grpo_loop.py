@@ -5,8 +5,9 @@ import math
 import pytest
 
 from trainer.builtin_datasets import arithmetic
-from trainer.config import GRPOConfig, config_from_dict
+from trainer.config import GRPOConfig
 from trainer.grpo import train
+from trainer.kinds import config_from_dict
 from trainer.loop import TrainingDiverged
 from trainer.sink import MemorySink
 

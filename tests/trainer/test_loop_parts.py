@@ -3,7 +3,7 @@ import math
 import pytest
 
 from trainer.builtin_datasets import arithmetic
-from trainer.config import config_from_dict
+from trainer.kinds import config_from_dict
 from trainer.loop import DataOrder, lr_factor
 from trainer.sink import MemorySink
 

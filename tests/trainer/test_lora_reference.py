@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from trainer.builtin_datasets import arithmetic
-from trainer.config import config_from_dict
 from trainer.generation import HFGenerationBackend, SamplingParams
+from trainer.kinds import config_from_dict
 from trainer.logprobs import completion_logprobs
 from trainer.models import (
     LoraOptions,

@@ -5,7 +5,7 @@ import math
 from pathlib import Path
 
 from trainer.builtin_datasets import arithmetic
-from trainer.config import config_from_dict
+from trainer.kinds import config_from_dict
 from trainer.ppo import CRITIC_DIR, train
 from trainer.sink import MemorySink
 

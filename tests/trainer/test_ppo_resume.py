@@ -4,7 +4,7 @@ uninterrupted run."""
 import pytest
 
 from trainer.builtin_datasets import arithmetic
-from trainer.config import config_from_dict
+from trainer.kinds import config_from_dict
 from trainer.ppo import train
 from trainer.sink import MemorySink
 

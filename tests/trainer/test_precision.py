@@ -17,8 +17,9 @@ import pytest
 import torch
 
 from trainer.builtin_datasets import arithmetic
-from trainer.config import PURE_BF16_MIN_LR, ConfigError, config_from_dict
+from trainer.config import PURE_BF16_MIN_LR, ConfigError
 from trainer.data import Limits, collate, tokenize_sft
+from trainer.kinds import config_from_dict
 from trainer.logprobs import completion_token_logps
 from trainer.loop import backward, build_optimizer, build_scheduler, load_checkpoint_state, optimizer_update
 from trainer.models import (

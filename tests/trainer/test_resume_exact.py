@@ -7,7 +7,7 @@ import math
 import pytest
 
 from trainer.builtin_datasets import arithmetic
-from trainer.config import config_from_dict
+from trainer.kinds import config_from_dict
 from trainer.sink import MemorySink
 
 TIMING = ("time/step_s", "throughput/tokens_per_s")

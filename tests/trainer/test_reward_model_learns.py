@@ -8,7 +8,7 @@ model has not learnt. Here, 400 steps gave 82% and 500 give about 97%: the compa
 """
 
 from trainer.builtin_datasets import arithmetic
-from trainer.config import config_from_dict
+from trainer.kinds import config_from_dict
 from trainer.reward_model import train
 from trainer.sink import MemorySink
 

@@ -14,9 +14,9 @@ from transformers import (
 
 from tests.trainer.tiny_decoders import make_matter, tiny_decoder
 from trainer.builtin_datasets import arithmetic
-from trainer.config import config_from_dict
 from trainer.generation import GroupSamples
 from trainer.grpo import micro_batch, micro_batch_rows, train
+from trainer.kinds import config_from_dict
 from trainer.logprobs import completion_logprobs
 from trainer.models import LoraOptions, load_policy
 from trainer.selective_forward import hidden_states_at

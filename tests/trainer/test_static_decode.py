@@ -159,8 +159,8 @@ def test_a_grpo_run_samples_through_the_static_decoder_as_through_the_eager_one(
     """A whole GRPO run (its sampling every step, its updates, its evaluation) gives the same numbers whichever
     decoder samples."""
     from trainer.builtin_datasets import arithmetic
-    from trainer.config import config_from_dict
     from trainer.grpo import train
+    from trainer.kinds import config_from_dict
     from trainer.sink import MemorySink
 
     sinks = {}

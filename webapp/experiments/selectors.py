@@ -18,8 +18,8 @@ from django.db import connection
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
-from trainer.config import PRESETS, Preset, with_preset
-from trainer.kinds import KINDS
+from trainer.config import Preset
+from trainer.kinds import KINDS, PRESETS, with_preset
 from trainer.sink import decode_json_value
 from webapp.accounts.roles import is_admin
 from webapp.caching import cache_get, cache_set

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from tests.webapp.experiments.helpers import ARITHMETIC, small_config
-from trainer.config import config_from_dict
+from trainer.kinds import config_from_dict
 from trainer.loop import STATE_FILE, retain_checkpoints
 from webapp.experiments import services
 from webapp.experiments.models import ModelRef
