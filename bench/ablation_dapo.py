@@ -18,12 +18,12 @@ from pathlib import Path
 
 import torch
 
+from trainer.algorithms.evaluation import generation_accuracy, sampled_accuracy
+from trainer.algorithms.grpo import train as train_grpo
+from trainer.algorithms.sft import train as train_sft
 from trainer.builtin_datasets import arithmetic
 from trainer.config import GRPOConfig, SFTConfig
-from trainer.evaluation import generation_accuracy, sampled_accuracy
-from trainer.grpo import train as train_grpo
-from trainer.models import load_policy, load_tokenizer
-from trainer.sft import train as train_sft
+from trainer.modeling.models import load_policy, load_tokenizer
 from trainer.sink import MemorySink
 
 MAX_NEW_TOKENS, OVERLONG_BUFFER = 28, 6

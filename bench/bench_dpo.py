@@ -1,4 +1,4 @@
-"""DPO training throughput: trainer.dpo against TRL's DPOTrainer, with a live frozen reference model on both
+"""DPO training throughput: trainer.algorithms.dpo against TRL's DPOTrainer, with a live frozen reference model on both
 sides and with reference log-probs precomputed before training on both sides (the precompute itself is
 outside the timed steps in both).
 
@@ -20,7 +20,7 @@ from common import (
     trl_common_args,
 )
 
-from trainer.dpo import train
+from trainer.algorithms.dpo import train
 from trainer.kinds import config_from_dict
 
 LR = 1e-6
@@ -63,7 +63,7 @@ def main() -> None:
         print_table(
             f"{title}, {mode}",
             pairs,
-            [("TRL DPOTrainer", trl_seconds), ("ours (trainer.dpo)", our_seconds)],
+            [("TRL DPOTrainer", trl_seconds), ("ours (trainer.algorithms.dpo)", our_seconds)],
             trl_seconds,
         )
 

@@ -19,8 +19,8 @@ from pathlib import Path
 import torch
 
 from trainer.builtin_datasets import arithmetic
-from trainer.generation import HFGenerationBackend, SamplingParams
-from trainer.models import load_policy, load_tokenizer
+from trainer.decoding.generation import HFGenerationBackend, SamplingParams
+from trainer.modeling.models import load_policy, load_tokenizer
 
 
 def parse_args() -> argparse.Namespace:

@@ -1,4 +1,4 @@
-"""GRPO step time: trainer.grpo against TRL's GRPOTrainer with the same settings, and where our time goes.
+"""GRPO step time: trainer.algorithms.grpo against TRL's GRPOTrainer with the same settings, and where our time goes.
 
     python bench/bench_grpo.py [--steps 11 --prompts 2 --group-size 8 --new-tokens 16 --beta 0.04 --few-shot 0]
 
@@ -23,10 +23,10 @@ import torch
 from common import TRL_CPU_RUN, TimingSink, scratch_dir, timed_trl_training
 from transformers import AutoTokenizer
 
-from trainer.answers import answers_match, extract_answer
+from trainer.algorithms.grpo import train
 from trainer.builtin_datasets import arithmetic
 from trainer.config import GRPOConfig
-from trainer.grpo import train
+from trainer.formats.answers import answers_match, extract_answer
 
 LR = 1e-5
 
@@ -126,13 +126,13 @@ def main() -> None:
     )
     print(f"{'':34} {'s/step':>8} {'speed vs TRL defaults':>22}")
     if args.skip_trl:
-        print(f"{'ours (trainer.grpo)':34} {ours_step:8.3f}")
+        print(f"{'ours (trainer.algorithms.grpo)':34} {ours_step:8.3f}")
     else:
         trl_default = run_trl(args, model_dir, rows, gradient_checkpointing=True)
         trl_plain = run_trl(args, model_dir, rows, gradient_checkpointing=False)
         print(f"{'TRL GRPOTrainer (its defaults)':34} {trl_default:8.3f} {1.0:6.2f}x")
         print(f"{'TRL GRPOTrainer (no grad. ckpt.)':34} {trl_plain:8.3f} {trl_default / trl_plain:6.2f}x")
-        print(f"{'ours (trainer.grpo)':34} {ours_step:8.3f} {trl_default / ours_step:6.2f}x")
+        print(f"{'ours (trainer.algorithms.grpo)':34} {ours_step:8.3f} {trl_default / ours_step:6.2f}x")
         print(f"ours vs TRL without gradient checkpointing: {trl_plain / ours_step:.2f}x")
         if args.trl_bf16:
             trl_bf16 = run_trl(args, model_dir, rows, gradient_checkpointing=True, bf16=True)

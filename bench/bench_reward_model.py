@@ -1,4 +1,4 @@
-"""Reward-model training throughput: trainer.reward_model against TRL's RewardTrainer.
+"""Reward-model training throughput: trainer.algorithms.reward_model against TRL's RewardTrainer.
 
     python bench/bench_reward_model.py [--steps 21 --batch-size 16 --hidden-size 64 --layers 2 --threads 1]
 """
@@ -18,8 +18,8 @@ from common import (
     trl_common_args,
 )
 
+from trainer.algorithms.reward_model import train
 from trainer.kinds import config_from_dict
-from trainer.reward_model import train
 
 LR = 1e-4
 
@@ -48,7 +48,7 @@ def main() -> None:
         f"reward model, hidden {args.hidden_size} x {args.layers} layers, level-{args.level} arithmetic, "
         f"batch {args.batch_size}, steps 2..{args.steps}",
         (args.steps - 1) * args.batch_size,
-        [("TRL RewardTrainer", trl_seconds), ("ours (trainer.reward_model)", our_seconds)],
+        [("TRL RewardTrainer", trl_seconds), ("ours (trainer.algorithms.reward_model)", our_seconds)],
         trl_seconds,
     )
 

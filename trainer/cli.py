@@ -75,7 +75,7 @@ def read_run_file(path: str | Path) -> RunFile:
 
 
 def load_data(kind: str, spec: Mapping[str, Any]) -> tuple[list[dict], list[dict] | None]:
-    from trainer.jsonl import JsonlError, read_jsonl_file
+    from trainer.formats.jsonl import JsonlError, read_jsonl_file
 
     if "train_file" in spec:
         try:
@@ -191,10 +191,10 @@ def open_external_run(url: str, config_path: str, run_file: RunFile):
 def run(path: str, report_to: str | None = None) -> int:
     from transformers.utils import logging as transformers_logging
 
-    from trainer.data import DataError
-    from trainer.distributed import launched_rank, launched_world_size, teardown
+    from trainer.formats.data import DataError
     from trainer.loop import TrainingDiverged
-    from trainer.models import ModelLoadError
+    from trainer.modeling.distributed import launched_rank, launched_world_size, teardown
+    from trainer.modeling.models import ModelLoadError
     from trainer.sink import FileSink, NullSink, ReportingSink
 
     # one progress bar (ours) on stderr, not transformers' per-load and per-save bars as well
@@ -213,7 +213,7 @@ def run(path: str, report_to: str | None = None) -> int:
         return run_under_torchrun(path, report_to, run_file.config.num_processes)
     data, eval_data = load_data(run_file.kind, run_file.data)
     output_dir = Path(run_file.config.output_dir)
-    # under torchrun every process runs this; only the first writes files and reports (trainer.distributed)
+    # under torchrun every process runs this; only the first writes files and reports (trainer.modeling.distributed)
     main_process = launched_rank() == 0
     files = FileSink(output_dir, stop_file=output_dir / "STOP") if main_process else NullSink()
     external = open_external_run(report_to, path, run_file) if report_to and main_process else None
@@ -254,7 +254,7 @@ def run(path: str, report_to: str | None = None) -> int:
 
 def run_under_torchrun(path: str, report_to: str | None, processes: int) -> int:
     """A run file asking for several processes: the same command again, on that many processes under torchrun."""
-    from trainer.distributed import torchrun_command
+    from trainer.modeling.distributed import torchrun_command
 
     arguments = ["run", path, *(["--report-to", report_to] if report_to else [])]
     print(f"starting {processes} processes with torchrun", file=sys.stderr)
@@ -262,7 +262,7 @@ def run_under_torchrun(path: str, report_to: str | None, processes: int) -> int:
 
 
 def build_smollm2_command(directory: str) -> int:
-    from trainer.gguf_import import GgufImportError, build_smollm2
+    from trainer.modeling.gguf_import import GgufImportError, build_smollm2
 
     try:
         path, built_now = build_smollm2(directory)

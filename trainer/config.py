@@ -463,7 +463,7 @@ def _describe(expected: Any) -> str:
 
 LossAggregation = Literal["sequence-mean", "token-mean", "constant"]
 AdvantageScale = Literal["group", "batch", "none"]
-# trainer.generation.DECODING_MODES
+# trainer.decoding.generation.DECODING_MODES
 Decoding = Literal["auto", "eager", "static"]
 
 

@@ -68,12 +68,12 @@ class RunKind:
 KINDS: dict[str, RunKind] = {
     kind.name: kind
     for kind in (
-        RunKind("reward_model", "reward model", RewardModelConfig, "trainer.reward_model", "pairs",
+        RunKind("reward_model", "reward model", RewardModelConfig, "trainer.algorithms.reward_model", "pairs",
                 ("eval/accuracy", "rewards/accuracy", "loss"), produces="classifier"),
-        RunKind("sft", "SFT", SFTConfig, "trainer.sft", "completions", ("eval/accuracy", "loss")),
-        RunKind("dpo", "DPO", DPOConfig, "trainer.dpo", "pairs", ("eval/accuracy", "rewards/accuracy", "loss")),
-        RunKind("grpo", "GRPO", GRPOConfig, "trainer.grpo", "prompts", ("reward/mean", "loss")),
-        RunKind("ppo", "PPO", PPOConfig, "trainer.ppo", "prompts", ("reward/mean", "loss")),
+        RunKind("sft", "SFT", SFTConfig, "trainer.algorithms.sft", "completions", ("eval/accuracy", "loss")),
+        RunKind("dpo", "DPO", DPOConfig, "trainer.algorithms.dpo", "pairs", ("eval/accuracy", "rewards/accuracy", "loss")),
+        RunKind("grpo", "GRPO", GRPOConfig, "trainer.algorithms.grpo", "prompts", ("reward/mean", "loss")),
+        RunKind("ppo", "PPO", PPOConfig, "trainer.algorithms.ppo", "prompts", ("reward/mean", "loss")),
     )
 }
 

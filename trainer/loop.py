@@ -1,6 +1,6 @@
 """What every training loop shares: seeding, optimizer and schedule, data order, timing, the NaN check,
 checkpoints that resume exactly, and `train_loop`, the one training loop of every kind (`run_steps` feeds it
-the offline kinds' micro-batches; trainer.rollout feeds it the online kinds' rollouts).
+the offline kinds' micro-batches; trainer.algorithms.rollout feeds it the online kinds' rollouts).
 
 A checkpoint `output_dir/checkpoints/step-N/` holds the model and tokenizer (save_pretrained) and
 `trainer_state.pt`: step, tokens seen, optimizer, scheduler, data order and the python / numpy / torch RNG
@@ -28,12 +28,12 @@ from torch.optim import AdamW, Optimizer
 from torch.optim.lr_scheduler import LambdaLR
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from trainer import distributed
 from trainer.config import BaseConfig, ConfigError, check_data_size, config_to_dict
-from trainer.data import Limits
 from trainer.devices import HOST
+from trainer.formats.data import Limits
 from trainer.kinds import config_kind
-from trainer.models import (
+from trainer.modeling import distributed
+from trainer.modeling.models import (
     LoraOptions,
     Precision,
     load_tokenizer,

@@ -1,5 +1,5 @@
 """Rewards for GRPO and PPO: a registry of rule-based functions, combined by weights with an optional scorer (a
-reward model: trainer.rollout.RewardModelScorer).
+reward model: trainer.algorithms.rollout.RewardModelScorer).
 
 Importing this module must not import torch: the web process lists `REWARD_FUNCTIONS` names and help texts for
 its launch form, and the configs check their reward weights against it.
@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from trainer.answers import answers_match, extract_answer
+from trainer.formats.answers import answers_match, extract_answer
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ def length_penalty(sample: RewardInput) -> float:
 
 
 def soft_overlong_punishment(length: int, *, max_length: int, cache_length: int) -> float:
-    """DAPO's R_length, the scalar form of trainer.losses.soft_overlong_penalty: 0 up to
+    """DAPO's R_length, the scalar form of trainer.algorithms.losses.soft_overlong_penalty: 0 up to
     max_length - cache_length, then falling linearly to -1 at max_length, -1 beyond."""
     expected = max_length - cache_length
     if length <= expected:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, TypedDict, runtime_checkable
 
-from trainer.jsonl import read_jsonl_file
+from trainer.formats.jsonl import read_jsonl_file
 
 
 @runtime_checkable
@@ -208,7 +208,7 @@ class ReportingSink:
 
 class NullSink:
     """Reports nothing and never stops: the sink of every process but the main one in a torchrun run (whose
-    trainer.distributed.RankSink forwards only rank 0's reports and gives every rank rank 0's should_stop)."""
+    trainer.modeling.distributed.RankSink forwards only rank 0's reports and gives every rank rank 0's should_stop)."""
 
     def start(self, *, total_steps: int, start_step: int) -> None:
         pass

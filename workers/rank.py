@@ -4,7 +4,7 @@ run_in_child), so that the worker can end a training that does not answer a canc
 
 The gpu worker claimed the run (queued -> running) and started this process (or torchrun); each rank builds the
 run's config and data from the database and calls the kind's train function, which joins the process group itself
-(trainer.distributed.setup; nothing to join on one process). Rank 0 reports through a `DatabaseSink` (the trainer's
+(trainer.modeling.distributed.setup; nothing to join on one process). Rank 0 reports through a `DatabaseSink` (the trainer's
 RankSink forwards only its reports and gives every rank its should_stop); the other ranks report into a `NullSink`.
 
 Rank 0 records the run's outcome: finished, canceled, or failed with its own error. A rank's exception is
@@ -53,15 +53,15 @@ def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
     import django
 
-    from trainer.distributed import launched_rank
+    from trainer.modeling.distributed import launched_rank
 
     django.setup()
     train_rank(run_id=run_id, rank=launched_rank())
 
 
 def train_rank(*, run_id: int, rank: int) -> None:
-    from trainer import distributed
-    from trainer.distributed import launched_world_size
+    from trainer.modeling import distributed
+    from trainer.modeling.distributed import launched_world_size
     from trainer.sink import NullSink
     from webapp.experiments import services
     from webapp.experiments.models import Run

@@ -1,7 +1,7 @@
 """A sampling job's execution on a GPU worker: fill each prompt of a project lacking responses up to K with
 samples from a model. Every write goes through the annotation services.
 
-Prompts are formatted by trainer.chat, as training formats them: on a model with a chat template every prompt is
+Prompts are formatted by trainer.formats.chat, as training formats them: on a model with a chat template every prompt is
 a conversation (a text prompt is one user turn) sent through the template with the generation prompt, and
 its ids are not tokenised again with special tokens; a model without a template gets text. Generation stops
 at any of the model's end tokens, and a stored response holds no special token.
@@ -13,9 +13,9 @@ import logging
 
 import torch
 
-from trainer.chat import ChatFormatError, TextOrConversation, has_chat_template
-from trainer.generation import GroupSamples, HFGenerationBackend, SamplingParams
-from trainer.models import load_reference, load_tokenizer
+from trainer.decoding.generation import GroupSamples, HFGenerationBackend, SamplingParams
+from trainer.formats.chat import ChatFormatError, TextOrConversation, has_chat_template
+from trainer.modeling.models import load_reference, load_tokenizer
 from webapp.annotation import selectors, services
 from webapp.annotation.models import OPTIONAL_SETTINGS, Prompt, Response, SamplingJob
 from workers.heartbeat import Heartbeat
@@ -87,7 +87,7 @@ def _sample_into_project(job: SamplingJob) -> bool:
 
 
 def _generation_prompt(prompt: Prompt, tokenizer) -> TextOrConversation:
-    """What the model is prompted with, as trainer.chat takes it. A chat model prompted with bare text writes
+    """What the model is prompted with, as trainer.formats.chat takes it. A chat model prompted with bare text writes
     badly (SmolLM2-135M-Instruct: 4 of 6 raw samples empty, 0 of 6 templated), so a text prompt becomes one user
     turn on a model with a template; a conversation for a model without a template is refused, as training
     would refuse it, rather than sampled in a format nothing trains on."""

@@ -35,8 +35,8 @@ from typing import Any
 from django.conf import settings
 
 from trainer.config import BaseConfig
-from trainer.distributed import torchrun_command
 from trainer.kinds import config_from_dict
+from trainer.modeling.distributed import torchrun_command
 from webapp.experiments import selectors, services
 from webapp.queueing import QueueUnavailable
 from workers.supervision import RunWatch, is_running, signal_name, start_group, watch

@@ -210,8 +210,8 @@ def cli_run(trainer_cli, label: str, config: dict, run_dir: Path, first_step: in
 
 # --- a sampling job's generation --------------------------------------------------------------------------------
 def sampling(model_dir: Path) -> None:
-    from trainer.generation import HFGenerationBackend, SamplingParams
-    from trainer.models import load_reference, load_tokenizer
+    from trainer.decoding.generation import HFGenerationBackend, SamplingParams
+    from trainer.modeling.models import load_reference, load_tokenizer
 
     tokenizer = load_tokenizer(str(model_dir))
     model = load_reference(str(model_dir))  # as workers/sampling.py: frozen, bf16 on a GPU that has it
@@ -274,9 +274,9 @@ def best_of(function, repeats: int = 3) -> tuple[float, float]:
 def generation(model_dir: Path, prompts_count: int, group: int, new_tokens: int) -> None:
     import bench_real_model as b
 
-    from trainer import static_decode
-    from trainer.generation import HFGenerationBackend, SamplingParams
-    from trainer.models import load_policy, load_tokenizer, resolve_precision
+    from trainer.decoding import static_decode
+    from trainer.decoding.generation import HFGenerationBackend, SamplingParams
+    from trainer.modeling.models import load_policy, load_tokenizer, resolve_precision
 
     precision = resolve_precision("bf16-mixed", torch.device(dev))
     tokenizer = load_tokenizer(str(model_dir))
@@ -310,7 +310,7 @@ def generation(model_dir: Path, prompts_count: int, group: int, new_tokens: int)
 
 
 def _kept_copies(model) -> list:
-    from trainer.fast_decode import kept_copy_store
+    from trainer.decoding.fast_decode import kept_copy_store
 
     return list(kept_copy_store(model)._buffers.values())
 

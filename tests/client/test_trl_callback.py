@@ -10,8 +10,8 @@ import pytest
 from preflab_client import Client, PreflabCallback, preflab_name
 
 from tests.client.helpers import stored_metrics
-from trainer.answers import answers_match, extract_answer
 from trainer.builtin_datasets import arithmetic
+from trainer.formats.answers import answers_match, extract_answer
 from webapp.experiments.models import Run, Sample
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -26,7 +26,7 @@ def tiny_model(tmp_path_factory) -> str:
 @pytest.fixture(scope="session")
 def sft_run(tiny_model, tmp_path_factory):
     """(final checkpoint directory, MemorySink) of SFT on level-1 arithmetic, held-out on the test split."""
-    from trainer.sft import train
+    from trainer.algorithms.sft import train
 
     output_dir = tmp_path_factory.mktemp("sft")
     config = config_from_dict("sft", {"model": tiny_model, "output_dir": str(output_dir), **arithmetic.TINY_MODEL_SFT_SETTINGS})

@@ -6,8 +6,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
-from trainer import gguf_import
 from trainer.cli import main
+from trainer.modeling import gguf_import
 
 CONVERSATION = [
     {"role": "system", "content": "You are a concise assistant."},

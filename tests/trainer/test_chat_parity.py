@@ -22,9 +22,9 @@ from trl.trainer.grpo_trainer import GRPOTrainer
 from trl.trainer.reward_trainer import RewardTrainer
 from trl.trainer.sft_trainer import SFTTrainer
 
-from trainer.chat import encode_prompt, end_token_ids
-from trainer.data import Limits, tokenize_pairs, tokenize_sft
-from trainer.generation import HFGenerationBackend, SamplingParams
+from trainer.decoding.generation import HFGenerationBackend, SamplingParams
+from trainer.formats.chat import encode_prompt, end_token_ids
+from trainer.formats.data import Limits, tokenize_pairs, tokenize_sft
 
 datasets.disable_progress_bars()
 

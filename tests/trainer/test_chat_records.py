@@ -1,10 +1,10 @@
-"""trainer.chat.normalize_record: TRL's standard, conversational and implicit-prompt records in, explicit
+"""trainer.formats.chat.normalize_record: TRL's standard, conversational and implicit-prompt records in, explicit
 prompts out; the unpaired format and malformed records refused with the row and the field named."""
 
 import pytest
 from trl.data_utils import maybe_extract_prompt
 
-from trainer.chat import ChatFormatError, display_text, is_conversation, normalize_record
+from trainer.formats.chat import ChatFormatError, display_text, is_conversation, normalize_record
 
 SYSTEM = {"role": "system", "content": "Be brief."}
 USER = {"role": "user", "content": "What is 2 + 2?"}

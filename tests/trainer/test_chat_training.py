@@ -7,11 +7,11 @@ import math
 import pytest
 from transformers import AutoTokenizer
 
+from trainer.algorithms.rollout import RewardModelScorer
 from trainer.builtin_datasets import arithmetic
-from trainer.chat import encode_prompt
-from trainer.data import DataError, Limits, tokenize_pairs
+from trainer.formats.chat import encode_prompt
+from trainer.formats.data import DataError, Limits, tokenize_pairs
 from trainer.kinds import config_from_dict
-from trainer.rollout import RewardModelScorer
 from trainer.sink import MemorySink
 
 # ChatML's shape written with the tiny tokenizer's own special tokens: <s> opens a turn, </s> (its eos) ends it
@@ -45,7 +45,7 @@ def _train(kind, model, tmp_path, rows, **fields):
     settings = {"model": model, "output_dir": str(tmp_path), "max_steps": 2, "max_length": 96, "max_prompt_length": 64}
     config = config_from_dict(kind, {**settings, **fields})
     sink = MemorySink()
-    result = importlib.import_module(f"trainer.{kind}").train(config, rows, sink)
+    result = importlib.import_module(f"trainer.algorithms.{kind}").train(config, rows, sink)
     return result, sink
 
 

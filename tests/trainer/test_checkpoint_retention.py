@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from trainer.algorithms.sft import train
 from trainer.builtin_datasets import arithmetic
 from trainer.config import ConfigError
 from trainer.kinds import config_from_dict
 from trainer.loop import STATE_FILE
-from trainer.sft import train
 from trainer.sink import FileSink, MemorySink, read_jsonl
 
 

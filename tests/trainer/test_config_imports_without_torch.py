@@ -4,7 +4,7 @@ import sys
 
 def test_config_task_and_answers_import_without_torch_or_transformers():
     code = (
-        "import sys, trainer, trainer.config, trainer.kinds, trainer.answers, trainer.builtin_datasets.arithmetic\n"
+        "import sys, trainer, trainer.config, trainer.kinds, trainer.formats.answers, trainer.builtin_datasets.arithmetic\n"
         "loaded = sorted(m for m in ('torch', 'transformers') if m in sys.modules)\n"
         "assert not loaded, loaded\n"
         "trainer.kinds.config_from_dict('dpo', {'model': 'm', 'output_dir': 'o'})\n"

@@ -5,7 +5,7 @@ import importlib
 
 import pytest
 
-from trainer.data import DataError
+from trainer.formats.data import DataError
 from trainer.kinds import config_from_dict
 from trainer.sink import MemorySink
 
@@ -14,7 +14,7 @@ def _train(kind: str, tiny_model: str, tmp_path, data):
     config = config_from_dict(
         kind, {"model": tiny_model, "output_dir": str(tmp_path), "max_steps": 1, "max_length": 32, "max_prompt_length": 16}
     )
-    return importlib.import_module(f"trainer.{kind}").train(config, data, MemorySink())
+    return importlib.import_module(f"trainer.algorithms.{kind}").train(config, data, MemorySink())
 
 
 @pytest.mark.parametrize("kind", ["dpo", "reward_model"])
@@ -36,6 +36,6 @@ def test_sft_rows_with_an_empty_completion_are_refused(tiny_model, tmp_path):
 def test_eval_rows_are_checked_alike(tiny_model, tmp_path):
     config = config_from_dict("sft", {"model": tiny_model, "output_dir": str(tmp_path), "max_steps": 1})
     with pytest.raises(DataError, match=r"eval data row 0: field 'completion' is empty"):
-        importlib.import_module("trainer.sft").train(
+        importlib.import_module("trainer.algorithms.sft").train(
             config, [{"prompt": "a", "completion": "b"}], MemorySink(), eval_data=[{"prompt": "a", "completion": ""}]
         )

@@ -1,6 +1,6 @@
 import pytest
 
-from trainer.data import DataError, read_jsonl_rows
+from trainer.formats.data import DataError, read_jsonl_rows
 from trainer.kinds import config_from_dict
 from trainer.sink import MemorySink
 
@@ -12,7 +12,7 @@ def _train(kind: str, tiny_model: str, tmp_path, data, **fields):
         kind,
         {"model": tiny_model, "output_dir": str(tmp_path), "max_steps": 1, "max_length": 32, "max_prompt_length": 16, **fields},
     )
-    return importlib.import_module(f"trainer.{kind}").train(config, data, MemorySink())
+    return importlib.import_module(f"trainer.algorithms.{kind}").train(config, data, MemorySink())
 
 
 @pytest.mark.parametrize("kind", ["reward_model", "dpo"])
@@ -47,7 +47,7 @@ def test_eval_data_errors_say_eval_data(tiny_model, tmp_path):
 
     config = config_from_dict("sft", {"model": tiny_model, "output_dir": str(tmp_path), "max_steps": 1})
     with pytest.raises(DataError, match=r"eval data row 0: missing field 'prompt'"):
-        importlib.import_module("trainer.sft").train(
+        importlib.import_module("trainer.algorithms.sft").train(
             config, [{"prompt": "a", "completion": "b"}], MemorySink(), eval_data=[{"completion": "b"}]
         )
 
@@ -65,7 +65,7 @@ def test_jsonl_reader_names_file_and_line(tmp_path):
 def test_an_empty_prompt_without_a_bos_token_is_an_error(tiny_model):
     from transformers import AutoTokenizer
 
-    from trainer.data import Limits, tokenize_pairs
+    from trainer.formats.data import Limits, tokenize_pairs
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model, add_bos_token=False)
     rows = [{"prompt": "Calculate 1 + 1\n", "chosen": "2", "rejected": "3"}, {"prompt": "", "chosen": "2", "rejected": "3"}]

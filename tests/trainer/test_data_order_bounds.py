@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
+from trainer.algorithms.rollout import sampling_seed
 from trainer.config import SEED_MAX
 from trainer.loop import DataOrder, seed_everything
-from trainer.rollout import sampling_seed
 
 
 def test_a_batch_larger_than_the_data_is_refused_at_once():

@@ -135,7 +135,7 @@ def _train(kind: str, model: str, output_dir: Path, sink: MemorySink, **override
     run_kind = kind.split("-")[0]
     config = config_from_dict(run_kind, _settings(kind, model, output_dir, **overrides))
     data, eval_data = _data(kind)
-    return importlib.import_module(f"trainer.{run_kind}").train(config, data, sink, eval_data=eval_data)
+    return importlib.import_module(f"trainer.algorithms.{run_kind}").train(config, data, sink, eval_data=eval_data)
 
 
 @pytest.mark.parametrize("kind", ["sft", "reward_model", "dpo", "dpo-live-reference", "grpo", "grpo-dapo", "ppo"])
@@ -150,8 +150,8 @@ def test_every_kind_trains_evaluates_and_resumes_without_a_device_less_tensor(ki
 
 
 def test_a_sampling_jobs_generation_makes_no_device_less_tensor(tiny_model):
-    from trainer.generation import HFGenerationBackend, SamplingParams
-    from trainer.models import load_reference, load_tokenizer
+    from trainer.decoding.generation import HFGenerationBackend, SamplingParams
+    from trainer.modeling.models import load_reference, load_tokenizer
 
     tokenizer = load_tokenizer(tiny_model)
     with DeviceLessTensorsOnMeta():

@@ -22,8 +22,8 @@ from transformers import AutoModelForCausalLM, AutoModelForSequenceClassificatio
 
 from trainer.cli import main
 from trainer.config import ConfigError
-from trainer.distributed import setup
 from trainer.kinds import config_from_dict
+from trainer.modeling.distributed import setup
 from trainer.sink import read_jsonl
 
 REPO = Path(__file__).parents[2]

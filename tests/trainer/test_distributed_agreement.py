@@ -8,14 +8,14 @@ import itertools
 import pytest
 import torch
 
-from trainer import distributed
+from trainer.algorithms.grpo import ProcessPart, micro_batch_rows
+from trainer.algorithms.sft import train
 from trainer.builtin_datasets import arithmetic
 from trainer.config import ConfigError
-from trainer.distributed import Processes
-from trainer.grpo import ProcessPart, micro_batch_rows
 from trainer.kinds import config_from_dict
 from trainer.loop import cuda_rng_states, rng_state, set_rng_state
-from trainer.sft import train
+from trainer.modeling import distributed
+from trainer.modeling.distributed import Processes
 from trainer.sink import MemorySink
 
 OTHER_PROCESS_SECONDS = 100.0

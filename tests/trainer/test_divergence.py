@@ -2,10 +2,10 @@ import math
 
 import pytest
 
+from trainer.algorithms.sft import train
 from trainer.builtin_datasets import arithmetic
 from trainer.kinds import config_from_dict
 from trainer.loop import TrainingDiverged
-from trainer.sft import train
 from trainer.sink import MemorySink
 
 

@@ -4,8 +4,8 @@ With plain DPO (rpo_alpha 0) the chosen log-probs sag and one or two of the 15 h
 wrong answer; the RPO term (NLL on chosen, Pang et al. 2024) keeps them.
 """
 
+from trainer.algorithms.dpo import train
 from trainer.builtin_datasets import arithmetic
-from trainer.dpo import train
 from trainer.kinds import config_from_dict
 from trainer.sink import MemorySink
 

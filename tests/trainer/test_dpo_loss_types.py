@@ -2,8 +2,8 @@ import math
 
 import pytest
 
+from trainer.algorithms.dpo import train
 from trainer.builtin_datasets import arithmetic
-from trainer.dpo import train
 from trainer.kinds import config_from_dict
 from trainer.sink import MemorySink
 

@@ -13,11 +13,11 @@ from transformers import (
 )
 
 from tests.trainer.tiny_decoders import make_matter, tiny_decoder
-from trainer import fast_decode
-from trainer.fast_decode import KVDecoder, folded_head, fused_projections, supports_fast_decode
-from trainer.generation import position_ids_from_mask
-from trainer.models import LoraOptions, load_policy, resolve_precision
-from trainer.selective_forward import additive_mask
+from trainer.decoding import fast_decode
+from trainer.decoding.fast_decode import KVDecoder, folded_head, fused_projections, supports_fast_decode
+from trainer.decoding.generation import position_ids_from_mask
+from trainer.modeling.models import LoraOptions, load_policy, resolve_precision
+from trainer.modeling.selective_forward import additive_mask
 
 
 def _logits_step_by_step(model, prompt_ids, prompt_mask, continuation):
@@ -125,7 +125,7 @@ def test_grouped_attention_equals_sdpa(heads, kv_heads, queries):
 
 @pytest.mark.parametrize("rows", [1, 16, 65])
 def test_the_decoding_product_equals_f_linear_with_and_without_bias(rows):
-    from trainer import products
+    from trainer.modeling import products
 
     torch.manual_seed(0)
     x, weight, bias = torch.randn(rows, 1, 48), torch.randn(40, 48), torch.randn(40)
@@ -227,7 +227,7 @@ def test_few_float32_rows_are_multiplied_the_way_the_cpus_vendor_streams_faster(
     """Float32 decoding products run as weight @ x^T except on Intel CPUs, where MKL's tuned kernels make the plain
     x @ weight^T the faster (measured on both: products.py); bf16 products are weight-first everywhere on the CPU.
     Both ways give F.linear's numbers (test above)."""
-    from trainer import products
+    from trainer.modeling import products
 
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text(f"processor\t: 0\nvendor_id\t: {vendor}\nmodel name\t: a CPU\n")

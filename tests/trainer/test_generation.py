@@ -4,16 +4,16 @@ import pytest
 import torch
 
 from tests.trainer.tiny_decoders import make_matter
+from trainer.algorithms.logprobs import completion_logprobs
 from trainer.builtin_datasets.arithmetic import build_tiny_model
-from trainer.fast_decode import KVDecoder, supports_fast_decode
-from trainer.generation import (
+from trainer.decoding.fast_decode import KVDecoder, supports_fast_decode
+from trainer.decoding.generation import (
     HFGenerationBackend,
     SamplingParams,
     concat_samples,
     filter_top_k_top_p,
 )
-from trainer.logprobs import completion_logprobs
-from trainer.models import LoraOptions, load_policy, load_tokenizer
+from trainer.modeling.models import LoraOptions, load_policy, load_tokenizer
 
 PROMPTS = ["Calculate 2 + 2 * 6\n", "Calculate 7 + 1\n", "Calculate 13 - 4 * 2 + 19\n"]
 
@@ -187,7 +187,7 @@ def test_bad_sampling_parameters_are_refused():
     [(0, 1.0, [0.5, 0.3, 0.15, 0.05]), (2, 1.0, [0.625, 0.375, 0, 0]), (0, 0.9, [0.5 / 0.95, 0.3 / 0.95, 0.15 / 0.95, 0])],
 )
 def test_sampled_tokens_follow_the_truncated_distribution(top_k, top_p, expected):
-    from trainer.generation import _sample_next
+    from trainer.decoding.generation import _sample_next
 
     torch.manual_seed(0)
     logits = torch.log(torch.tensor([0.5, 0.3, 0.15, 0.05])).expand(40_000, 4)
@@ -200,7 +200,7 @@ def test_sampled_tokens_follow_the_truncated_distribution(top_k, top_p, expected
 def test_a_banned_token_is_never_drawn_and_still_counts_in_the_logprobs():
     """min_new_tokens bans the end tokens while drawing; the recorded log-probs stay those of the whole
     distribution (what the training forward computes), so the ratio stays 1."""
-    from trainer.generation import _sample_next
+    from trainer.decoding.generation import _sample_next
 
     torch.manual_seed(0)
     logits = torch.log(torch.tensor([0.5, 0.3, 0.15, 0.05])).expand(40_000, 4)

@@ -4,12 +4,12 @@ fraction kept; overlong filtering takes truncated completions out of the loss.""
 import pytest
 import torch
 
+from trainer.algorithms.grpo import GRPOLearner
+from trainer.algorithms.losses import group_advantages
 from trainer.config import GRPOConfig
-from trainer.generation import HFGenerationBackend
-from trainer.grpo import GRPOLearner
+from trainer.decoding.generation import HFGenerationBackend
 from trainer.loop import build_optimizer, build_scheduler
-from trainer.losses import group_advantages
-from trainer.models import load_policy, load_tokenizer
+from trainer.modeling.models import load_policy, load_tokenizer
 from trainer.rewards import RewardBreakdown
 
 ALWAYS_RIGHT = "Calculate 0 + 0\n"
@@ -37,8 +37,8 @@ def _learner(model_dir, **overrides) -> GRPOLearner:
 
 
 def _gradient(learner, samples, advantages):
-    from trainer.logprobs import completion_logprobs
-    from trainer.losses import policy_loss
+    from trainer.algorithms.logprobs import completion_logprobs
+    from trainer.algorithms.losses import policy_loss
 
     logprobs, _ = completion_logprobs(learner.policy, samples, temperature=1.0)
     mask = samples.completion_mask.float()

@@ -10,11 +10,16 @@ where a policy-gradient method has room to show, as in the paper.
 import pytest
 import torch
 
+from trainer.algorithms.evaluation import (
+    answer_accuracy,
+    format_rate,
+    generation_accuracy,
+    sampled_completions,
+)
+from trainer.algorithms.grpo import train
 from trainer.builtin_datasets import arithmetic
 from trainer.config import GRPOConfig
-from trainer.evaluation import answer_accuracy, format_rate, generation_accuracy, sampled_completions
-from trainer.grpo import train
-from trainer.models import load_policy, load_tokenizer
+from trainer.modeling.models import load_policy, load_tokenizer
 from trainer.sink import MemorySink
 
 MAX_NEW_TOKENS = 28

@@ -4,9 +4,9 @@ import math
 
 import pytest
 
+from trainer.algorithms.grpo import train
 from trainer.builtin_datasets import arithmetic
 from trainer.config import GRPOConfig
-from trainer.grpo import train
 from trainer.kinds import config_from_dict
 from trainer.loop import TrainingDiverged
 from trainer.sink import MemorySink

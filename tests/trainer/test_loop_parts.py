@@ -40,13 +40,13 @@ def test_gradient_accumulation_gives_the_same_step_as_one_big_batch(kind, tiny_m
              "grad_accum_steps": accumulation, "lr": 1e-3},
         )
         sink = MemorySink()
-        importlib.import_module(f"trainer.{kind}").train(config, rows, sink)
+        importlib.import_module(f"trainer.algorithms.{kind}").train(config, rows, sink)
         losses.append((sink.metrics[1]["loss"], sink.metrics[2]["loss"], sink.metrics[2]["grad_norm"]))
     assert losses[0] == pytest.approx(losses[1], rel=1e-4)
 
 
 def test_same_seed_same_numbers_other_seed_other_numbers(tiny_model, tmp_path):
-    from trainer.reward_model import train
+    from trainer.algorithms.reward_model import train
 
     def final_loss(seed: int) -> float:
         config = config_from_dict(

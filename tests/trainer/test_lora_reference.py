@@ -7,11 +7,11 @@ import shutil
 import pytest
 import torch
 
+from trainer.algorithms.logprobs import completion_logprobs
 from trainer.builtin_datasets import arithmetic
-from trainer.generation import HFGenerationBackend, SamplingParams
+from trainer.decoding.generation import HFGenerationBackend, SamplingParams
 from trainer.kinds import config_from_dict
-from trainer.logprobs import completion_logprobs
-from trainer.models import (
+from trainer.modeling.models import (
     LoraOptions,
     live_model_parameter_bytes,
     load_policy,

@@ -2,7 +2,13 @@ import time
 
 import pytest
 
-from trainer.models import ModelLoadError, load_policy, load_reference, load_reward_model, load_tokenizer
+from trainer.modeling.models import (
+    ModelLoadError,
+    load_policy,
+    load_reference,
+    load_reward_model,
+    load_tokenizer,
+)
 
 
 def test_missing_directory_names_the_path(tmp_path):
@@ -38,7 +44,7 @@ def test_loaders_give_the_right_heads_and_modes(tiny_model):
 
 
 def test_lora_trains_only_adapters(tiny_model):
-    from trainer.models import LoraOptions
+    from trainer.modeling.models import LoraOptions
 
     model = load_policy(tiny_model, lora=LoraOptions(r=4, alpha=8, dropout=0.0, target_modules=("q_proj", "v_proj")))
     trainable = [name for name, p in model.named_parameters() if p.requires_grad]

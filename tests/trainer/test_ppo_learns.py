@@ -4,9 +4,9 @@ variance becomes positive. Also the critic is checkpointed beside the policy."""
 import math
 from pathlib import Path
 
+from trainer.algorithms.ppo import CRITIC_DIR, train
 from trainer.builtin_datasets import arithmetic
 from trainer.kinds import config_from_dict
-from trainer.ppo import CRITIC_DIR, train
 from trainer.sink import MemorySink
 
 PPO_METRICS = {

@@ -3,9 +3,9 @@ uninterrupted run."""
 
 import pytest
 
+from trainer.algorithms.ppo import train
 from trainer.builtin_datasets import arithmetic
 from trainer.kinds import config_from_dict
-from trainer.ppo import train
 from trainer.sink import MemorySink
 
 TIMING = ("time/step_s", "throughput/tokens_per_s", "time/generation_s", "time/scoring_s", "time/backward_s")

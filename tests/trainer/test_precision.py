@@ -2,7 +2,7 @@
 bf16 is refused at small learning rates, and whole runs under bf16-mixed work on the CPU.
 
 Tolerances, per completion token, |logp under bf16-mixed - logp in fp32| with the same fp32 weights (bf16 keeps 8
-significant bits; the LM head stays in fp32, see trainer.models.Float32Head):
+significant bits; the LM head stays in fp32, see trainer.modeling.models.Float32Head):
 - tiny model (random, nearly flat distributions): at most 0.01, 0.002 on average (measured 0.0018 and 0.00045);
 - SmolLM2-135M-Instruct, 4 chat-templated questions and answers (47 tokens): at most 0.15, 0.03 on average
   (measured 0.064 and 0.019; with a bf16 head it was 0.18 and 0.030).
@@ -16,13 +16,13 @@ from contextlib import contextmanager
 import pytest
 import torch
 
+from trainer.algorithms.logprobs import completion_token_logps
 from trainer.builtin_datasets import arithmetic
 from trainer.config import PURE_BF16_MIN_LR, ConfigError
-from trainer.data import Limits, collate, tokenize_sft
+from trainer.formats.data import Limits, collate, tokenize_sft
 from trainer.kinds import config_from_dict
-from trainer.logprobs import completion_token_logps
 from trainer.loop import backward, build_optimizer, build_scheduler, load_checkpoint_state, optimizer_update
-from trainer.models import (
+from trainer.modeling.models import (
     LoraOptions,
     load_policy,
     load_reference,
@@ -157,7 +157,7 @@ def test_auto_is_fp32_on_the_cpu_and_the_choice_is_logged(caplog):
     assert resolve_precision("auto", CPU).mode == "fp32"
     config = config_from_dict("grpo", {"model": "org/name", "output_dir": "unused"})
     assert config.precision == "auto"
-    with caplog.at_level(logging.INFO, logger="trainer.models"):
+    with caplog.at_level(logging.INFO, logger="trainer.modeling.models"):
         run_precision(config, CPU)
     assert "precision: fp32 (auto) on cpu" in caplog.text
 
@@ -181,7 +181,7 @@ def test_pure_bf16_at_the_threshold_is_allowed_with_a_warning(caplog):
     config = config_from_dict(
         "sft", {"model": "org/name", "output_dir": "unused", "precision": "bf16", "lr": PURE_BF16_MIN_LR}
     )
-    with caplog.at_level(logging.WARNING, logger="trainer.models"):
+    with caplog.at_level(logging.WARNING, logger="trainer.modeling.models"):
         assert run_precision(config, CPU).mode == "bf16"
     assert "rounded away" in caplog.text
 
@@ -271,7 +271,7 @@ def test_a_short_offline_run_under_bf16_mixed_succeeds(kind, tiny_model, tmp_pat
 
 def _old_logprob_forwards(monkeypatch) -> list[int]:
     """Counts the forwards GRPO spends on old log-probs before its updates."""
-    from trainer.grpo import GRPOLearner
+    from trainer.algorithms.grpo import GRPOLearner
 
     calls: list[int] = []
     original = GRPOLearner.with_training_logprobs
@@ -285,7 +285,7 @@ def _old_logprob_forwards(monkeypatch) -> list[int]:
 
 
 def test_a_short_grpo_run_under_bf16_mixed_samples_scores_and_learns(tiny_model, tmp_path, monkeypatch):
-    from trainer.grpo import train
+    from trainer.algorithms.grpo import train
 
     config = config_from_dict(
         "grpo",
@@ -314,7 +314,7 @@ def test_a_short_grpo_run_under_bf16_mixed_samples_scores_and_learns(tiny_model,
 def test_grpo_under_bf16_mixed_with_two_updates_a_batch_takes_the_old_logprobs_before_them(
     tiny_model, tmp_path, monkeypatch
 ):
-    from trainer.grpo import train
+    from trainer.algorithms.grpo import train
 
     config = config_from_dict(
         "grpo",
@@ -331,7 +331,7 @@ def test_grpo_under_bf16_mixed_with_two_updates_a_batch_takes_the_old_logprobs_b
 
 
 def test_a_short_ppo_run_under_bf16_mixed_succeeds(tiny_model, tmp_path):
-    from trainer.ppo import train
+    from trainer.algorithms.ppo import train
 
     config = config_from_dict(
         "ppo",

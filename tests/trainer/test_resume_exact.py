@@ -36,7 +36,7 @@ def _run(kind: str, tiny_model: str, output_dir, sink: MemorySink, **overrides):
     }
     config = config_from_dict(kind, settings)
     data, eval_data = _data(kind)
-    return importlib.import_module(f"trainer.{kind}").train(config, data, sink, eval_data=eval_data)
+    return importlib.import_module(f"trainer.algorithms.{kind}").train(config, data, sink, eval_data=eval_data)
 
 
 LORA = {"use_lora": True, "lora_r": 4, "lora_alpha": 8, "lora_dropout": 0.0, "lr": 1e-2}

@@ -7,9 +7,9 @@ lands between 70% and 88% held-out, depending on the seed: judging unseen sums n
 model has not learnt. Here, 400 steps gave 82% and 500 give about 97%: the comparison is learnt late.)
 """
 
+from trainer.algorithms.reward_model import train
 from trainer.builtin_datasets import arithmetic
 from trainer.kinds import config_from_dict
-from trainer.reward_model import train
 from trainer.sink import MemorySink
 
 RM_SETTINGS = {

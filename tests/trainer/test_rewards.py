@@ -120,7 +120,7 @@ def test_length_penalty_is_minus_the_used_fraction():
 
 def test_soft_overlong_matches_the_losses_tensor_version():
     torch = pytest.importorskip("torch")
-    from trainer.losses import soft_overlong_penalty
+    from trainer.algorithms.losses import soft_overlong_penalty
 
     lengths = list(range(0, 25))
     expected = soft_overlong_penalty(torch.tensor(lengths), max_length=20, cache_length=8).tolist()
@@ -157,6 +157,6 @@ def test_unknown_reward_names_and_bad_weights_are_rejected_with_the_field():
 
 
 def test_the_format_rate_counts_completions_with_an_answer_strict_checking_reads():
-    from trainer.evaluation import format_rate
+    from trainer.algorithms.evaluation import format_rate
 
     assert format_rate(["<think>1 + 2 = 3</think><answer>3</answer>", r"\boxed{3}", *WITHOUT_ANSWER]) == 2 / 6

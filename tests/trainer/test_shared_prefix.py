@@ -15,10 +15,10 @@ from transformers import (
 )
 
 from tests.trainer.tiny_decoders import make_matter, tiny_decoder
-from trainer.data import Limits, PairExample, SequenceExample, collate_pairs, tokenize_pairs
-from trainer.logprobs import sequence_logps
-from trainer.models import LoraOptions, load_policy, load_reward_model
-from trainer.shared_prefix import (
+from trainer.algorithms.logprobs import sequence_logps
+from trainer.formats.data import Limits, PairExample, SequenceExample, collate_pairs, tokenize_pairs
+from trainer.modeling.models import LoraOptions, load_policy, load_reward_model
+from trainer.modeling.shared_prefix import (
     pack_pairs,
     packed_pair_scores,
     packed_sequence_logps,

@@ -13,14 +13,14 @@ from transformers import (
 )
 
 from tests.trainer.tiny_decoders import make_matter, tiny_decoder
+from trainer.algorithms.grpo import micro_batch, micro_batch_rows, train
+from trainer.algorithms.logprobs import completion_logprobs
 from trainer.builtin_datasets import arithmetic
-from trainer.generation import GroupSamples
-from trainer.grpo import micro_batch, micro_batch_rows, train
+from trainer.decoding.generation import GroupSamples
 from trainer.kinds import config_from_dict
-from trainer.logprobs import completion_logprobs
-from trainer.models import LoraOptions, load_policy
-from trainer.selective_forward import hidden_states_at
-from trainer.shared_prefix import pack_groups, packing_groups_pays
+from trainer.modeling.models import LoraOptions, load_policy
+from trainer.modeling.selective_forward import hidden_states_at
+from trainer.modeling.shared_prefix import pack_groups, packing_groups_pays
 from trainer.sink import MemorySink
 
 PROMPTS = ["Calculate 2 + 2\n", "Calculate 11 + 22 + 33 + 44 + 55\n"]  # different lengths: left padding
@@ -135,7 +135,7 @@ def test_micro_batches_keep_whole_groups(tokenizer):
 
 def test_grpo_runs_the_same_with_and_without_the_shared_prompt(tiny_model, tmp_path, monkeypatch):
     packed = []
-    monkeypatch.setattr("trainer.logprobs.pack_groups", lambda *args: packed.append(True) or pack_groups(*args))
+    monkeypatch.setattr("trainer.algorithms.logprobs.pack_groups", lambda *args: packed.append(True) or pack_groups(*args))
     runs = []
     for share_prompt in (True, False):
         config = config_from_dict("grpo", {

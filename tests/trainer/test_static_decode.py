@@ -1,4 +1,4 @@
-"""The static decoding (trainer.static_decode: a static KV cache, the step a function of fixed tensors, captured as a
+"""The static decoding (trainer.decoding.static_decode: a static KV cache, the step a function of fixed tensors, captured as a
 CUDA graph on a GPU) draws what the eager decoder draws. On the CPU its step runs eagerly, so these tests check what
 a captured graph replays: the step's arithmetic, its cache slots and masks, its in-graph draw, the bucketed shapes
 reused from call to call, and the copies of the weights written again in place after every update."""
@@ -10,10 +10,10 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from tests.trainer.tiny_decoders import tiny_decoder
-from trainer import static_decode
 from trainer.builtin_datasets.arithmetic import build_tiny_model
-from trainer.generation import HFGenerationBackend, SamplingParams
-from trainer.models import LoraOptions, load_policy, load_tokenizer, resolve_precision
+from trainer.decoding import static_decode
+from trainer.decoding.generation import HFGenerationBackend, SamplingParams
+from trainer.modeling.models import LoraOptions, load_policy, load_tokenizer, resolve_precision
 
 PROMPTS = ["Calculate 2 + 2 * 6\n", "Calculate 7 + 1\n", "Calculate 13 - 4 * 2 + 19\n"]
 
@@ -158,8 +158,8 @@ def test_auto_decodes_statically_only_on_a_gpu(model_dir):
 def test_a_grpo_run_samples_through_the_static_decoder_as_through_the_eager_one(tiny_model, tmp_path):
     """A whole GRPO run (its sampling every step, its updates, its evaluation) gives the same numbers whichever
     decoder samples."""
+    from trainer.algorithms.grpo import train
     from trainer.builtin_datasets import arithmetic
-    from trainer.grpo import train
     from trainer.kinds import config_from_dict
     from trainer.sink import MemorySink
 

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from trainer.losses import policy_loss
+from trainer.algorithms.losses import policy_loss
 
 trl_grpo = pytest.importorskip("trl.trainer.grpo_trainer")
 

@@ -292,7 +292,7 @@ def test_a_killed_worker_takes_torchrun_and_every_rank_with_it(celery_worker_fac
 
 
 def test_torchrun_runs_the_ranks_with_this_python():
-    from trainer.distributed import torchrun_command
+    from trainer.modeling.distributed import torchrun_command
 
     command = torchrun_command(2, "-m", "workers.rank", "7", log_dir="/tmp/x")
     assert command[:3] == [sys.executable, "-m", "torch.distributed.run"]

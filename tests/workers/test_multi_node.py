@@ -158,8 +158,8 @@ def test_a_sigkilled_rank_of_the_joined_node_fails_the_run_naming_it_and_leaves_
 
 
 def test_each_node_starts_its_part_of_one_static_rendezvous_that_node_0_holds():
-    from trainer.distributed import torchrun_command
     from trainer.kinds import config_from_dict
+    from trainer.modeling.distributed import torchrun_command
 
     config = config_from_dict("sft", {"model": "m", "output_dir": "o", "num_processes": 8, "num_nodes": 2})
     assert config.processes_per_node == 4

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from trainer.answers import answers_match, extract_answer
+from trainer.formats.answers import answers_match, extract_answer
 from trainer.kinds import run_kind
 
 Split = Literal["train", "test"]
@@ -231,7 +231,7 @@ def build_tiny_model(
 ) -> Path:
     """A small random Llama and a byte-level BPE tokenizer trained on the task, saved with save_pretrained."""
     # imported here so that importing the task (web process) does not load torch
-    from trainer.models import build_tiny_causal_lm
+    from trainer.modeling.models import build_tiny_causal_lm
 
     return build_tiny_causal_lm(
         directory,

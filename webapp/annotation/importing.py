@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from trainer.chat import ChatFormatError, is_conversation, normalize_record
-from trainer.jsonl import JsonlError, UnreadableLine, numbered_jsonl_lines, text_lines
+from trainer.formats.chat import ChatFormatError, is_conversation, normalize_record
+from trainer.formats.jsonl import JsonlError, UnreadableLine, numbered_jsonl_lines, text_lines
 from webapp.text import UnstorableValue, is_blank, unstorable_value_check, whole_number
 from webapp.text_bounds import PROMPT_MAX_CHARS, RESPONSE_MAX_CHARS, length_problem
 
@@ -313,7 +313,7 @@ def _refuse_unpaired(line: int, row: dict) -> None:
 
 
 def _explicit_prompt(line: int, row: dict) -> dict:
-    """TRL's implicit prompt made explicit the way the trainer does it (trainer.chat): the turns chosen and
+    """TRL's implicit prompt made explicit the way the trainer does it (trainer.formats.chat): the turns chosen and
     rejected share are the prompt, and what follows in each must be one assistant answer to rank."""
     if "rejected" not in row:
         raise ImportFileError(line, "rejected", "missing: chosen and rejected come together")

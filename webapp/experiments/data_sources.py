@@ -1,7 +1,7 @@
 """A run's data source (built-in arithmetic, a project's pairs or prompts, an uploaded file): what each kind of
 run accepts, and the training rows it becomes, in the trainer's row format. Reads only.
 
-A project's rows are in TRL's formats (trainer.chat formats them for the model): a conversation prompt gives
+A project's rows are in TRL's formats (trainer.formats.chat formats them for the model): a conversation prompt gives
 conversational rows (prompt = its messages, chosen / rejected / completion = one assistant message), a text
 prompt standard text rows."""
 
@@ -14,7 +14,7 @@ from typing import Any
 from django.core.exceptions import ValidationError
 
 from trainer.builtin_datasets import arithmetic
-from trainer.jsonl import read_jsonl_file
+from trainer.formats.jsonl import read_jsonl_file
 from trainer.kinds import run_kind
 from webapp.annotation import selectors as annotation_selectors
 

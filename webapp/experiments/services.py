@@ -28,11 +28,11 @@ from django.db.models import F, Q
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from trainer.chat import ChatFormatError, normalize_record
 from trainer.config import ConfigError, check_data_size, config_to_dict
-from trainer.jsonl import JsonlError, numbered_jsonl_lines, text_lines
+from trainer.formats.chat import ChatFormatError, normalize_record
+from trainer.formats.jsonl import JsonlError, numbered_jsonl_lines, text_lines
 from trainer.kinds import KINDS, config_from_dict, run_kind
-from trainer.model_names import is_hub_id, looks_local
+from trainer.modeling.model_names import is_hub_id, looks_local
 from trainer.sink import decode_json_value, encode_json_value
 from webapp.experiments import selectors
 from webapp.experiments.alerts import AlertThresholds, alerts_for

@@ -1,4 +1,4 @@
-"""A sampling job formats prompts as training does (trainer.chat): on a chat model every prompt goes through the
+"""A sampling job formats prompts as training does (trainer.formats.chat): on a chat model every prompt goes through the
 chat template with the generation prompt, its ids are not tokenised again with special tokens, generation stops
 at the model's end tokens and a stored response holds no special token. A model without a template gets text.
 
@@ -8,9 +8,9 @@ covered by test_sampling_job.py and the chat project's browser test."""
 import pytest
 import torch
 
-from trainer.chat import encode_prompt
-from trainer.generation import GroupSamples, HFGenerationBackend
-from trainer.models import load_reference, load_tokenizer
+from trainer.decoding.generation import GroupSamples, HFGenerationBackend
+from trainer.formats.chat import encode_prompt
+from trainer.modeling.models import load_reference, load_tokenizer
 from webapp.annotation import services
 from webapp.annotation.importing import ImportRecord
 from webapp.annotation.models import Prompt, Response, SamplingJob
@@ -109,7 +109,7 @@ def test_the_backend_stops_at_the_chat_models_end_of_turn(smollm2_dir):
 
 
 def test_a_chat_prompt_is_sampled_with_the_ids_its_training_rows_are_trained_on(smollm2_dir):
-    from trainer.data import Limits, tokenize_pairs
+    from trainer.formats.data import Limits, tokenize_pairs
     from webapp.annotation.selectors import preference_pairs_for_training
 
     tokenizer = load_tokenizer(str(smollm2_dir))

@@ -1,4 +1,4 @@
-"""An uploaded training file may be in any of TRL's formats (trainer.chat); the unpaired one is refused."""
+"""An uploaded training file may be in any of TRL's formats (trainer.formats.chat); the unpaired one is refused."""
 
 import json
 

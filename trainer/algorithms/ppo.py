@@ -22,16 +22,9 @@ from torch import Tensor
 from torch.optim import AdamW
 from transformers import PreTrainedModel
 
-from trainer import distributed
-from trainer.config import ConfigError, PPOConfig
-from trainer.devices import HOST
-from trainer.generation import GenerationBackend, GroupSamples, HFGenerationBackend
-from trainer.logprobs import completion_logprobs
-from trainer.loop import TrainResult, backward, build_scheduler, optimizer_update, total_steps
-from trainer.losses import gae, masked_mean, policy_loss, value_loss
-from trainer.models import Reference, load_reference_for, load_reward_model
-from trainer.rewards import Rewarder
-from trainer.rollout import (
+from trainer.algorithms.logprobs import completion_logprobs
+from trainer.algorithms.losses import gae, masked_mean, policy_loss, value_loss
+from trainer.algorithms.rollout import (
     ScoredGroups,
     build_rewarder,
     prepare_online,
@@ -41,7 +34,14 @@ from trainer.rollout import (
     sample_and_score_shared,
     sampling_params,
 )
-from trainer.selective_forward import position_ids_from_mask
+from trainer.config import ConfigError, PPOConfig
+from trainer.decoding.generation import GenerationBackend, GroupSamples, HFGenerationBackend
+from trainer.devices import HOST
+from trainer.loop import TrainResult, backward, build_scheduler, optimizer_update, total_steps
+from trainer.modeling import distributed
+from trainer.modeling.models import Reference, load_reference_for, load_reward_model
+from trainer.modeling.selective_forward import position_ids_from_mask
+from trainer.rewards import Rewarder
 from trainer.sink import Sink
 
 CRITIC_DIR = "critic"
@@ -112,7 +112,7 @@ class PPOLearner:
         *,
         recompute_old_logprobs: bool = False,
     ) -> None:
-        """`recompute_old_logprobs`: as in trainer.grpo.GRPOLearner (bf16: the training forward's log-probs)."""
+        """`recompute_old_logprobs`: as in trainer.algorithms.grpo.GRPOLearner (bf16: the training forward's log-probs)."""
         self.recompute_old_logprobs = recompute_old_logprobs
         self.config = config
         self.policy = policy

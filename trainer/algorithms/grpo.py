@@ -3,7 +3,7 @@
 One step: draw batch_size prompts, sample group_size completions of each from the current (old) policy,
 score them, turn rewards into group advantages, then num_iterations optimizer updates of the clipped
 surrogate with the k3 KL to a frozen reference. In fp32 the sampling log-probs are the old log-probs (taken at
-the sampling temperature, see trainer.generation), so no forward pass is spent on them; in bf16 the training
+the sampling temperature, see trainer.decoding.generation), so no forward pass is spent on them; in bf16 the training
 forward's own log-probs are the old ones (sampling would not match it): with one update per batch
 (num_iterations 1) the update's forward gives them, detached, as TRL does; with more, a forward before the updates
 takes them. The reference model is run only when beta > 0 (with LoRA it is the policy with its adapters disabled).
@@ -25,23 +25,15 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR
 from transformers import PreTrainedModel
 
-from trainer import distributed
-from trainer.config import GRPOConfig
-from trainer.devices import HOST
-from trainer.generation import GenerationBackend, GroupSamples, HFGenerationBackend
-from trainer.logprobs import completion_logprobs
-from trainer.loop import (
-    TrainResult,
-    backward,
-    build_optimizer,
-    build_scheduler,
-    optimizer_update,
-    total_steps,
+from trainer.algorithms.logprobs import completion_logprobs
+from trainer.algorithms.losses import (
+    aggregation_units,
+    group_advantages,
+    informative_groups,
+    masked_mean,
+    policy_loss,
 )
-from trainer.losses import aggregation_units, group_advantages, informative_groups, masked_mean, policy_loss
-from trainer.models import Reference, load_reference_for
-from trainer.rewards import Rewarder
-from trainer.rollout import (
+from trainer.algorithms.rollout import (
     ScoredGroups,
     build_rewarder,
     concat_scored,
@@ -52,6 +44,20 @@ from trainer.rollout import (
     sample_and_score_shared,
     sampling_params,
 )
+from trainer.config import GRPOConfig
+from trainer.decoding.generation import GenerationBackend, GroupSamples, HFGenerationBackend
+from trainer.devices import HOST
+from trainer.loop import (
+    TrainResult,
+    backward,
+    build_optimizer,
+    build_scheduler,
+    optimizer_update,
+    total_steps,
+)
+from trainer.modeling import distributed
+from trainer.modeling.models import Reference, load_reference_for
+from trainer.rewards import Rewarder
 from trainer.sink import Sink
 
 
@@ -137,7 +143,7 @@ class GRPOLearner:
         recompute_old_logprobs: bool = False,
     ) -> None:
         """`recompute_old_logprobs`: take the old log-probs from the training forward instead of sampling (needed
-        in bf16, where the two differ: trainer.models.Precision.sampling_logprobs_exact)."""
+        in bf16, where the two differ: trainer.modeling.models.Precision.sampling_logprobs_exact)."""
         self.config = config
         self.policy = policy
         self.reference = reference

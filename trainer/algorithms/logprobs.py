@@ -1,5 +1,5 @@
 """Log-probabilities of completion tokens: of right-padded prompt + completion batches (offline kinds) and
-of sampled groups (`completion_logprobs`, online kinds, at the sampling temperature: trainer.generation).
+of sampled groups (`completion_logprobs`, online kinds, at the sampling temperature: trainer.decoding.generation).
 
 The log-prob of token t comes from the logits at position t - 1. Only positions from the shortest prompt
 on are sent through the LM head (`logits_to_keep`), which saves most of the head's compute and memory
@@ -13,17 +13,17 @@ import torch.nn.functional as F
 from torch import Tensor
 from transformers import PreTrainedModel
 
-from trainer.data import SequenceBatch
-from trainer.generation import GroupSamples
-from trainer.losses import entropy_from_logprobs
-from trainer.selective_forward import (
+from trainer.algorithms.losses import entropy_from_logprobs
+from trainer.decoding.generation import GroupSamples
+from trainer.formats.data import SequenceBatch
+from trainer.modeling.selective_forward import (
     head_logits,
     hidden_states_at,
     padded_causal_allowed,
     position_ids_from_mask,
     supports_selective_forward,
 )
-from trainer.shared_prefix import (
+from trainer.modeling.shared_prefix import (
     pack_groups,
     packed_group_hidden_states,
     packing_groups_pays,
@@ -82,7 +82,7 @@ def completion_logprobs(
     the sampling weights. With `with_entropy`, also the per-token entropy [B*G, T] of that distribution,
     detached unless `entropy_grad` (an entropy bonus needs its gradient, a logged metric does not).
     With `share_prompt`, where the architecture allows it, a group's prompt is computed once for its G
-    completions (trainer.shared_prefix.pack_groups); the numbers are those of G separate sequences.
+    completions (trainer.modeling.shared_prefix.pack_groups); the numbers are those of G separate sequences.
     """
     completion = samples.completion_ids
     if share_prompt and _packing_groups_pays(model, samples):

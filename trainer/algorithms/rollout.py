@@ -17,13 +17,12 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from trainer import distributed
-from trainer.chat import assistant_turn, display_text, encode_completions
+from trainer.algorithms.evaluation import accuracy_evaluator, format_rate
 from trainer.config import OnlineConfig, check_data_size
-from trainer.data import DataError, Limits, SequenceExample, check_rows, collate, encode_prompt
+from trainer.decoding.generation import GenerationBackend, GroupSamples, SamplingParams, concat_samples
 from trainer.devices import HOST
-from trainer.evaluation import accuracy_evaluator, format_rate
-from trainer.generation import GenerationBackend, GroupSamples, SamplingParams, concat_samples
+from trainer.formats.chat import assistant_turn, display_text, encode_completions
+from trainer.formats.data import DataError, Limits, SequenceExample, check_rows, collate, encode_prompt
 from trainer.loop import (
     DataOrder,
     Training,
@@ -34,7 +33,8 @@ from trainer.loop import (
     seed_everything,
     train_loop,
 )
-from trainer.models import (
+from trainer.modeling import distributed
+from trainer.modeling.models import (
     LoraOptions,
     Precision,
     load_policy,
@@ -83,7 +83,7 @@ class RewardModelScorer:
     """Scores prompt + completion with a trained reward model (a scalar head), in batches: the scorer of a
     `Rewarder`.
 
-    Sequences are built as trainer.reward_model trains on them (trainer.chat.encode_completions, TRL's
+    Sequences are built as trainer.algorithms.reward_model trains on them (trainer.formats.chat.encode_completions, TRL's
     tokenisation): a text prompt + completion + EOS, or a conversation + the completion as the assistant's turn
     through the chat template; right-padded.
     """

@@ -2,8 +2,8 @@
 
 Reference log-probs are computed once before training by default, so the reference model is freed before
 the first step; `precompute_ref_logps=False` keeps a live frozen reference instead. With LoRA the reference is
-the policy itself with its adapters disabled (trainer.models.Reference), never a second copy. Each pair goes through
-the policy as one row whose shared prefix is computed once (trainer.shared_prefix; `share_prefix=False`
+the policy itself with its adapters disabled (trainer.modeling.models.Reference), never a second copy. Each pair goes through
+the policy as one row whose shared prefix is computed once (trainer.modeling.shared_prefix; `share_prefix=False`
 sends chosen and rejected as two rows of one forward). IPO uses length-averaged log-probs, the others
 summed ones.
 
@@ -20,10 +20,11 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedModel
 
+from trainer.algorithms.evaluation import generation_accuracy, has_answers, sample_writer
+from trainer.algorithms.logprobs import sequence_logps
+from trainer.algorithms.losses import dpo_loss
 from trainer.config import DPOConfig
-from trainer.data import PairExample, SequenceBatch, check_rows, collate_pairs, tokenize_pairs
-from trainer.evaluation import generation_accuracy, has_answers, sample_writer
-from trainer.logprobs import sequence_logps
+from trainer.formats.data import PairExample, SequenceBatch, check_rows, collate_pairs, tokenize_pairs
 from trainer.loop import (
     LoopParts,
     MicroBatchOutput,
@@ -31,9 +32,13 @@ from trainer.loop import (
     run_steps,
     start_run,
 )
-from trainer.losses import dpo_loss
-from trainer.models import Reference, load_policy, load_reference_for
-from trainer.shared_prefix import PackedPairs, pack_pairs, packed_sequence_logps, supports_shared_prefix
+from trainer.modeling.models import Reference, load_policy, load_reference_for
+from trainer.modeling.shared_prefix import (
+    PackedPairs,
+    pack_pairs,
+    packed_sequence_logps,
+    supports_shared_prefix,
+)
 from trainer.sink import Sink
 
 PairBatch = PackedPairs | SequenceBatch

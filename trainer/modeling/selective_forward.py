@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from transformers import PreTrainedModel
 
-from trainer.distributed import is_sharded
+from trainer.modeling.distributed import is_sharded
 
 SELECTIVE_MODEL_TYPES = frozenset({"llama", "qwen2", "qwen3"})
 

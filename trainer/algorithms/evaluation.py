@@ -8,9 +8,9 @@ from collections.abc import Callable, Sequence
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from trainer.answers import answers_match, extract_answer, has_final_answer
-from trainer.chat import TextOrConversation, display_text, normalize_record
-from trainer.generation import HFGenerationBackend, SamplingParams
+from trainer.decoding.generation import HFGenerationBackend, SamplingParams
+from trainer.formats.answers import answers_match, extract_answer, has_final_answer
+from trainer.formats.chat import TextOrConversation, display_text, normalize_record
 from trainer.sink import Sink, sample_row
 
 SAMPLES_PER_STEP = 4

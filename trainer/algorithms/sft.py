@@ -12,10 +12,10 @@ from collections.abc import Iterator, Sequence
 import torch
 from transformers import PreTrainedModel
 
+from trainer.algorithms.evaluation import generation_accuracy, has_answers, sample_writer
+from trainer.algorithms.logprobs import completion_token_logps
 from trainer.config import SFTConfig
-from trainer.data import SequenceExample, collate, tokenize_sft
-from trainer.evaluation import generation_accuracy, has_answers, sample_writer
-from trainer.logprobs import completion_token_logps
+from trainer.formats.data import SequenceExample, collate, tokenize_sft
 from trainer.loop import (
     LoopParts,
     MicroBatchOutput,
@@ -23,7 +23,7 @@ from trainer.loop import (
     run_steps,
     start_run,
 )
-from trainer.models import load_policy
+from trainer.modeling.models import load_policy
 from trainer.sink import Sink
 
 

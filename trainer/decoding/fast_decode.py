@@ -21,8 +21,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from transformers import PreTrainedModel
 
-from trainer import products
-from trainer.selective_forward import rotary, supports_selective_forward, unwrapped
+from trainer.modeling import products
+from trainer.modeling.selective_forward import rotary, supports_selective_forward, unwrapped
 
 
 def supports_fast_decode(model: PreTrainedModel) -> bool:
@@ -396,7 +396,7 @@ def copy_store(body: nn.Module) -> CopyStore:
 
 
 def kept_copy_store(model: PreTrainedModel) -> CopyStore:
-    """The copies' store kept with the model on any device: a captured decoding step (trainer.static_decode) reads
+    """The copies' store kept with the model on any device: a captured decoding step (trainer.decoding.static_decode) reads
     the copies where they were when it was captured, so they are written again in place, never made anew."""
     return _kept_store(unwrapped(model).base_model)
 
@@ -502,7 +502,7 @@ def _plain_copy(module: nn.Module, dtype: torch.dtype, store: CopyStore, key: tu
 
 def _bias_copy(bias: Tensor | None, dtype: torch.dtype, store: CopyStore, key: tuple) -> Tensor | None:
     """A copy of a bias in the store's buffer, written in place like the weights' copies (a captured decoding
-    step reads it there: trainer.static_decode)."""
+    step reads it there: trainer.decoding.static_decode)."""
     if bias is None:
         return None
     return store.buffer((*key, "bias"), tuple(bias.shape), dtype, bias.device).copy_(bias.detach())

@@ -1,11 +1,11 @@
 """Checking, tokenising and collating training rows.
 
-Rows are dicts in TRL's formats (trainer.chat): standard (text fields), conversational (message lists;
+Rows are dicts in TRL's formats (trainer.formats.chat): standard (text fields), conversational (message lists;
 `messages` for SFT) or implicit prompt. SFT: {prompt, completion[, answer]}; reward model / DPO: {prompt, chosen,
 rejected[, weight, margin, answer]}. `answer` (a reference answer) is only read by evaluation. Bad rows raise
 DataError naming the row index and the field; an empty or whitespace-only completion, chosen or rejected is a bad
 row. Token ids are exactly those TRL 1.16's SFT, DPO and reward trainers build for the same row (see
-trainer.chat.encode_completions). Batches are padded on the right to the longest sequence in the batch.
+trainer.formats.chat.encode_completions). Batches are padded on the right to the longest sequence in the batch.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedTokenizerBase
 
-from trainer import chat
-from trainer.chat import ChatFormatError, TextOrConversation, conversation_text, normalize_record
 from trainer.devices import HOST
-from trainer.jsonl import JsonlError, read_jsonl_file
+from trainer.formats import chat
+from trainer.formats.chat import ChatFormatError, TextOrConversation, conversation_text, normalize_record
+from trainer.formats.jsonl import JsonlError, read_jsonl_file
 
 SFT_FIELDS = ("prompt", "completion")
 PAIR_FIELDS = ("prompt", "chosen", "rejected")
@@ -42,7 +42,7 @@ def read_jsonl_rows(path: str | Path) -> list[dict]:
 
 
 def check_rows(rows: Sequence[dict], required: Sequence[str], *, name: str = "training data") -> list[dict]:
-    """The rows with an explicit prompt (trainer.chat.normalize_record), or a DataError naming row and field."""
+    """The rows with an explicit prompt (trainer.formats.chat.normalize_record), or a DataError naming row and field."""
     if not rows:
         raise DataError(f"{name} is empty")
     normalized = []
@@ -82,7 +82,7 @@ class Limits:
 def encode_prompt(
     tokenizer: PreTrainedTokenizerBase, prompt: TextOrConversation, limits: Limits, *, index: int, name: str
 ) -> list[int]:
-    """The ids a model is prompted with, for sampling and training alike (trainer.chat.encode_prompt)."""
+    """The ids a model is prompted with, for sampling and training alike (trainer.formats.chat.encode_prompt)."""
     try:
         ids = chat.encode_prompt(tokenizer, prompt, index=index, name=name)
     except ChatFormatError as error:
@@ -111,7 +111,7 @@ def encode_row(
     index: int,
     name: str,
 ) -> tuple[list[int], list[list[int]]]:
-    """(prompt ids, [completion ids]) as TRL tokenises the row (trainer.chat.encode_completions), each
+    """(prompt ids, [completion ids]) as TRL tokenises the row (trainer.formats.chat.encode_completions), each
     completion cut to the room max_length leaves after the prompt."""
     try:
         prompt_ids, completion_ids = chat.encode_completions(

@@ -7,7 +7,7 @@ text is tokenised without adding special tokens again (the template already wrot
 here does what TRL 1.16 does for the same record (data_utils.apply_chat_template, extract_prompt and the
 DPO / reward / GRPO trainers' tokenisation), so Preflab trains on the ids TRL would.
 
-Sampling: trainer.generation.HFGenerationBackend.generate takes each prompt as text or as a conversation and
+Sampling: trainer.decoding.generation.HFGenerationBackend.generate takes each prompt as text or as a conversation and
 encodes it with `encode_prompt` here. Hand it the conversation itself, not `prompt_text`'s string: that string
 would be tokenised as plain text, with the tokenizer's special tokens (a second BOS) added again.
 

@@ -2,7 +2,7 @@
 
 Log-prob convention (TRL issue 4159): the log-prob of a sampled token is taken from the *tempered*
 distribution `log_softmax(logits / temperature)` over the whole vocabulary, before top-k / top-p
-truncation. The training forward (trainer.logprobs.completion_logprobs) divides logits by the same temperature, so at
+truncation. The training forward (trainer.algorithms.logprobs.completion_logprobs) divides logits by the same temperature, so at
 the first inner iteration the policy ratio is exactly 1 and the sampling log-probs can serve as the
 old log-probs without a second forward. Truncation only shapes which tokens get drawn; using the
 truncated distribution would make the ratio depend on the filter instead of the policy.
@@ -21,15 +21,15 @@ import torch
 from torch import Tensor, nn
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
-from trainer.chat import TextOrConversation, encode_prompt, end_token_ids
+from trainer.decoding.fast_decode import KVDecoder, supports_fast_decode
+from trainer.decoding.static_decode import DrawRule, static_decoder
 from trainer.devices import HOST
-from trainer.distributed import gathered_weights, is_sharded
-from trainer.fast_decode import KVDecoder, supports_fast_decode
-from trainer.selective_forward import (
+from trainer.formats.chat import TextOrConversation, encode_prompt, end_token_ids
+from trainer.modeling.distributed import gathered_weights, is_sharded
+from trainer.modeling.selective_forward import (
     additive_mask,
     position_ids_from_mask,
 )
-from trainer.static_decode import DrawRule, static_decoder
 
 
 @dataclass(frozen=True)
@@ -163,7 +163,7 @@ class GenerationBackend(Protocol):
 
 
 # how HFGenerationBackend decodes: "eager" (the lean decoder, or the transformers forward where it does not apply),
-# "static" (trainer.static_decode: a static KV cache, its step captured as a CUDA graph on a GPU), "auto" (static on a
+# "static" (trainer.decoding.static_decode: a static KV cache, its step captured as a CUDA graph on a GPU), "auto" (static on a
 # GPU, eager on the CPU, where launching kernels from Python costs little next to the arithmetic)
 DECODING_MODES = ("auto", "eager", "static")
 
@@ -242,7 +242,7 @@ class HFGenerationBackend:
 
     Each prompt is prefilled once; its KV cache is then repeated G times and the B*G rows decode together
     with our own loop, which records the sampling log-probs on the way. Llama-family models decode through
-    trainer.fast_decode (same numbers, far less per-token overhead); others, or `fast_decode=False`, through
+    trainer.decoding.fast_decode (same numbers, far less per-token overhead); others, or `fast_decode=False`, through
     the model's own forward with a DynamicCache.
     """
 
@@ -288,7 +288,7 @@ class HFGenerationBackend:
         )
 
     def encode_prompts(self, prompts: Sequence[TextOrConversation]) -> tuple[Tensor, Tensor]:
-        """Left-padded ids and mask of the prompts, each formatted by trainer.chat.encode_prompt (a conversation
+        """Left-padded ids and mask of the prompts, each formatted by trainer.formats.chat.encode_prompt (a conversation
         through the chat template with the generation prompt, text with the tokenizer's special tokens), so a
         sampled prompt has exactly the ids of the training prompt."""
         encoded = [encode_prompt(self.tokenizer, prompt, index=index, name="prompts") for index, prompt in enumerate(prompts)]
@@ -387,7 +387,7 @@ class HFGenerationBackend:
     def _decode_static(
         self, prompt_ids: Tensor, prompt_mask: Tensor, params: SamplingParams, uniforms: Tensor, end_ids: Tensor
     ) -> tuple[Tensor, Tensor]:
-        """The same tokens through trainer.static_decode (a captured step on a GPU)."""
+        """The same tokens through trainer.decoding.static_decode (a captured step on a GPU)."""
         rule = DrawRule(params.temperature, params.top_k, params.top_p, bans_ends=params.min_new_tokens > 0)
         decoded = static_decoder(self.model).decode(
             prompt_ids, prompt_mask, group=params.group_size, max_new_tokens=params.max_new_tokens,
@@ -460,7 +460,7 @@ class TransformersStepper:
 
 
 class FastDecodeStepper:
-    """Llama-family models through trainer.fast_decode: the same numbers, a fraction of the overhead."""
+    """Llama-family models through trainer.decoding.fast_decode: the same numbers, a fraction of the overhead."""
 
     def __init__(self, model: PreTrainedModel, prompt_ids: Tensor, prompt_mask: Tensor, *, group: int, max_new_tokens: int) -> None:
         self.prompt_ids, self.group = prompt_ids, group

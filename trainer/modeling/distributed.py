@@ -9,7 +9,7 @@ How the numbers stay those of one process (DESIGN section 6):
 - every process draws the same global batch from the same seeded data order and takes a contiguous share of
   it; losses are normalised by the whole step's totals, so summing the processes' gradients gives the
   gradient of the whole batch (ddp: `sum_gradients`; fsdp: FSDP2's reduce-scatter, told to sum);
-- the online kinds sample their share of prompts with per-prompt seeded streams (trainer.generation), then
+- the online kinds sample their share of prompts with per-prompt seeded streams (trainer.decoding.generation), then
   gather the scored groups so every process holds the whole rollout: rewards, advantages and dynamic sampling
   decisions are computed once per process on identical data;
 - only the main process (rank 0) reports: `RankSink` forwards logs, samples and checkpoints from rank 0 and

@@ -3,7 +3,7 @@
 Eager decoding launches every kernel of a token from Python, a few microseconds each, and on a GPU that, not the
 arithmetic, sets the pace: an H200 decoding 64 rows of SmolLM2-1.7B's shape eagerly took 19 ms a token, where
 reading the model's weights once takes under 1 ms. Here, as in PyTorch's gpt-fast, one token's step (its forward
-through trainer.fast_decode's layers and the draw of the next token) is a function of tensors at fixed addresses:
+through trainer.decoding.fast_decode's layers and the draw of the next token) is a function of tensors at fixed addresses:
 the cache holds every slot a call can write, the slot a token is written at is a tensor, attention reads the whole
 cache under a mask, and the uniform numbers of the draws are made before the first token. On a GPU the step is
 captured as a CUDA graph and replayed for every token; on the CPU the same step runs eagerly (which is how the tests
@@ -29,7 +29,7 @@ import torch
 from torch import Tensor, nn
 from transformers import PreTrainedModel
 
-from trainer.fast_decode import (
+from trainer.decoding.fast_decode import (
     KVDecoder,
     _linear,
     _mlp,
@@ -37,7 +37,7 @@ from trainer.fast_decode import (
     grouped_attention,
     kept_copy_store,
 )
-from trainer.selective_forward import additive_mask, position_ids_from_mask, unwrapped
+from trainer.modeling.selective_forward import additive_mask, position_ids_from_mask, unwrapped
 
 ROW_MULTIPLE = 8
 SLOT_MULTIPLE = 64
@@ -51,7 +51,7 @@ MAX_BUCKETS = 3
 
 
 # (logits [N, V], banned ids or None, uniforms [N], ban: a 1-element bool tensor or None) -> (tokens [N], log-probs
-# [N]): trainer.generation's draw with the call's sampling parameters bound
+# [N]): trainer.decoding.generation's draw with the call's sampling parameters bound
 SampleFunction = Callable[[Tensor, Tensor | None, Tensor, Tensor | None], tuple[Tensor, Tensor]]
 Step = Callable[[], None]
 

@@ -30,10 +30,10 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
-from trainer import products
 from trainer.config import BaseConfig, ConfigError
-from trainer.distributed import shard_model
-from trainer.model_names import ACCEPTED, is_hub_id, looks_local
+from trainer.modeling import products
+from trainer.modeling.distributed import shard_model
+from trainer.modeling.model_names import ACCEPTED, is_hub_id, looks_local
 
 logger = logging.getLogger(__name__)
 
@@ -169,7 +169,7 @@ class Float32Head(nn.Linear):
     rounds logits of magnitude 16-32 to steps of 0.125, the largest part of the log-prob error (measured on
     SmolLM2: 0.18 -> 0.06 at most, 0.030 -> 0.019 on average per token), as MiniMax-M1 (2025) found too."""
 
-    # trainer.fast_decode samples through a float32 copy of it, never a bf16 one
+    # trainer.decoding.fast_decode samples through a float32 copy of it, never a bf16 one
     keeps_float32 = True
 
     def forward(self, hidden: Tensor) -> Tensor:

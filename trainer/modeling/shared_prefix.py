@@ -25,9 +25,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from transformers import PreTrainedModel
 
-from trainer.data import PairExample
 from trainer.devices import HOST
-from trainer.selective_forward import (
+from trainer.formats.data import PairExample
+from trainer.modeling.selective_forward import (
     GroupBlocks,
     head_logits,
     hidden_states_at,

@@ -1,7 +1,7 @@
 """Reward model: a sequence classifier with one output, trained with the Bradley-Terry loss on
 preference pairs (optional per-pair weight and margin, optional centring term). Each pair goes through
 the model as one row whose shared prefix is computed once, and the last layer runs only at the two
-scored tokens (trainer.shared_prefix, trainer.selective_forward).
+scored tokens (trainer.modeling.shared_prefix, trainer.modeling.selective_forward).
 
 eval/accuracy is the fraction of held-out pairs scored chosen > rejected; eval/margin their mean gap.
 """
@@ -14,8 +14,9 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedModel
 
+from trainer.algorithms.losses import bradley_terry_loss
 from trainer.config import RewardModelConfig
-from trainer.data import PairExample, collate_pairs, tokenize_pairs
+from trainer.formats.data import PairExample, collate_pairs, tokenize_pairs
 from trainer.loop import (
     LoopParts,
     MicroBatchOutput,
@@ -23,9 +24,8 @@ from trainer.loop import (
     run_steps,
     start_run,
 )
-from trainer.losses import bradley_terry_loss
-from trainer.models import load_reward_model
-from trainer.shared_prefix import pack_pairs, packed_pair_scores, supports_shared_prefix
+from trainer.modeling.models import load_reward_model
+from trainer.modeling.shared_prefix import pack_pairs, packed_pair_scores, supports_shared_prefix
 from trainer.sink import Sink
 
 
