@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from preflab_client.client import ApiError, Client, ServerUnreachable
+from preflab_client.client import Client
+from preflab_client.http import ApiError, ServerUnreachable
 from preflab_client.metric_names import preflab_name
 from preflab_client.runs import ExternalRun
 

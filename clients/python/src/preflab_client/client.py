@@ -21,70 +21,29 @@ from typing import IO, TYPE_CHECKING, Any
 
 import requests
 
+from preflab_client.http import (
+    API_PREFIX,
+    ApiError,
+    ServerUnreachable,
+    api_base_url,
+    error_detail,
+    token_session,
+)
+from preflab_client.outbox import replay_outboxes
+from preflab_client.runs import ExternalRun
 from preflab_client.values import decode_metrics, plain_json
 
 if TYPE_CHECKING:
     from datasets import Dataset
 
-    from preflab_client.runs import ExternalRun
-
 logger = logging.getLogger("preflab_client")
 
-API_PREFIX = "/api/v1"
 # (connect, read) seconds; an import of many records or a long export may take minutes to answer
 DEFAULT_TIMEOUT = (10.0, 300.0)
 PAGE_SIZE = 500
 # Up to this many records go as one JSON body; more are written as NDJSON to a temporary file and streamed
 # from it, so the encoded records are never held in memory next to the records themselves.
 JSON_BODY_MAX_RECORDS = 1000
-
-
-class ApiError(Exception):
-    """The server refused a request (`status` is the HTTP status, `detail` the server's explanation), or could
-    not be reached (`ServerUnreachable`, status None)."""
-
-    def __init__(self, status: int | None, detail: str, *, method: str = "", path: str = "") -> None:
-        self.status = status
-        self.detail = detail
-        self.method = method
-        self.path = path
-        where = f"{method} {path}: " if method else ""
-        super().__init__(f"{where}{status if status is not None else 'no answer'}: {detail}")
-
-
-class ServerUnreachable(ApiError):
-    """No answer: the connection failed or timed out."""
-
-    def __init__(self, detail: str, *, method: str = "", path: str = "") -> None:
-        super().__init__(None, detail, method=method, path=path)
-
-
-def api_base_url(url: str) -> str:
-    """The server's address without a trailing slash or the API prefix: "http://host:8000"."""
-    url = url.strip().rstrip("/")
-    if url.endswith(API_PREFIX):
-        url = url[: -len(API_PREFIX)]
-    if not url.startswith(("http://", "https://")):
-        raise ValueError(f"the Preflab URL must start with http:// or https://, got {url!r}")
-    return url
-
-
-def error_detail(response: requests.Response) -> str:
-    """The server's {"detail": ...} as one line (a validation error's list becomes "where: what; ...")."""
-    try:
-        detail = response.json()["detail"]
-    except (ValueError, KeyError, TypeError):
-        return response.text.strip()[:500] or response.reason or f"HTTP {response.status_code}"
-    if isinstance(detail, list):
-        return "; ".join(_validation_error_text(item) for item in detail)
-    return str(detail)
-
-
-def _validation_error_text(item: object) -> str:
-    if not isinstance(item, Mapping):
-        return str(item)
-    where = ".".join(str(part) for part in item.get("loc", ()))
-    return f"{where}: {item.get('msg', '')}" if where else str(item.get("msg", item))
 
 
 class Client:
@@ -126,10 +85,7 @@ class Client:
 
     def new_session(self) -> requests.Session:
         """A session that sends the token (one per thread: requests' sessions are not shared across threads)."""
-        session = requests.Session()
-        session.headers["Authorization"] = f"Bearer {self._token}"
-        session.headers["User-Agent"] = "preflab-client/0.1"
-        return session
+        return token_session(self._token)
 
     def api_url(self, path: str) -> str:
         return f"{self.url}{API_PREFIX}/{path.lstrip('/')}"
@@ -321,8 +277,6 @@ class Client:
                  total_steps: int | None = None) -> ExternalRun:
         """Start a run logged by this program (kind "external") and return it: `run.log(metrics, step)`,
         `run.log_samples(samples, step)`, `run.finish()` or `with client.init_run(...) as run:`."""
-        from preflab_client.runs import ExternalRun
-
         body: dict[str, Any] = {"name": name, "config": dict(config or {})}
         if project_id is not None:
             body["project_id"] = project_id
@@ -333,8 +287,6 @@ class Client:
     def replay_outbox(self) -> int:
         """Send what runs of this server left on disk (a process that crashed or lost the server), oldest
         first; returns the number of metric rows and samples sent."""
-        from preflab_client.outbox import replay_outboxes
-
         return replay_outboxes(self)
 
 

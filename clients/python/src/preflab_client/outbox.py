@@ -20,20 +20,17 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 from urllib.parse import urlsplit
 
 import requests
 
-from preflab_client.client import API_PREFIX, error_detail
+from preflab_client.http import API_PREFIX, Server, error_detail
 
 try:
     import fcntl
 except ImportError:  # Windows: no locking between processes (one training process per run dir there)
     fcntl = None  # type: ignore[assignment]
-
-if TYPE_CHECKING:
-    from preflab_client.client import Client
 
 logger = logging.getLogger("preflab_client")
 
@@ -43,7 +40,7 @@ META = "meta.json"
 LOCK = "lock"
 
 
-def outbox_root(client: Client) -> Path:
+def outbox_root(client: Server) -> Path:
     if client.outbox_dir is not None:
         return client.outbox_dir
     configured = os.environ.get("PREFLAB_OUTBOX_DIR")
@@ -84,7 +81,7 @@ ENTRY_PATHS = {"log": "log", "samples": "samples", "finish": "finish"}
 class EntrySender:
     """Sends one run's requests with a session of its own (each thread has one)."""
 
-    def __init__(self, client: Client, run_id: int, *, timeout: tuple[float, float] = (5.0, 30.0)) -> None:
+    def __init__(self, client: Server, run_id: int, *, timeout: tuple[float, float] = (5.0, 30.0)) -> None:
         self.session = client.new_session()
         self.base = f"{client.url}{API_PREFIX}/runs/{run_id}"
         self.timeout = timeout
@@ -260,7 +257,7 @@ def drain(outbox: RunOutbox, sender: EntrySender, *, on_refused=None) -> Drained
     return result
 
 
-def replay_outboxes(client: Client) -> int:
+def replay_outboxes(client: Server) -> int:
     """Send the journals that runs of `client`'s server left behind (their processes have gone); returns the
     metric rows and samples sent."""
     root = outbox_root(client)

@@ -24,8 +24,9 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from preflab_client.http import Server
 from preflab_client.outbox import (
     EntrySender,
     Refused,
@@ -36,9 +37,6 @@ from preflab_client.outbox import (
     replay_outboxes,
 )
 from preflab_client.values import NotANumber, metric_value, number_text, storable_text
-
-if TYPE_CHECKING:
-    from preflab_client.client import Client
 
 logger = logging.getLogger("preflab_client")
 
@@ -54,7 +52,7 @@ EXIT_TIMEOUT = 5.0
 class ExternalRun:
     """Made by `Client.init_run`. `id`, `name` and `url` (the run's page) describe it."""
 
-    def __init__(self, client: Client, run: Mapping[str, Any]) -> None:
+    def __init__(self, client: Server, run: Mapping[str, Any]) -> None:
         self.id: int = run["id"]
         self.name: str = run.get("name", "")
         self.url: str | None = run.get("url")
