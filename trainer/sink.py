@@ -23,7 +23,7 @@ class Sink(Protocol):
         """Called once before the first step; start_step > 0 when resuming from a checkpoint."""
 
     def log(self, step: int, metrics: Mapping[str, float], *, tokens_seen: int) -> None:
-        """Metrics of one optimizer step (DESIGN section 5 names). NaN/Inf are passed through, never dropped."""
+        """Metrics of one optimizer step (the dashboards' names: docs/architecture.md). NaN/Inf are passed through, never dropped."""
 
     def sample(self, row: SampleRow) -> None:
         """What the model actually wrote at a step (`row`, made by `sample_row`), with its rewards per function."""

@@ -178,7 +178,7 @@ def cache_from_url(name: str, url: str) -> dict:
 
 def _sqlite_database(path: Path) -> dict:
     # WAL + a busy timeout + IMMEDIATE transactions: the web process and the worker write the same file, and
-    # without these SQLite answers "database is locked" under the lightest concurrency (DESIGN section 8).
+    # without these SQLite answers "database is locked" under the lightest concurrency.
     return {
         "ENGINE": "django.db.backends.sqlite3",
         "NAME": str(path),

@@ -1,4 +1,4 @@
-"""A run's execution on a GPU worker: database rows -> trainer -> database rows (DESIGN section 2).
+"""A run's execution on a GPU worker: database rows -> trainer -> database rows (docs/architecture.md).
 
 `run_execute` claims the queued run and checks its config; the training itself runs where the worker can stop it
 (workers.supervision): a run on one process in a child, `python -m workers.rank RUN_ID` (`run_in_child`), a run on

@@ -1,4 +1,4 @@
-"""TRL's and transformers' metric names onto Preflab's (DESIGN.md section 5); unknown names pass unchanged."""
+"""TRL's and transformers' metric names onto Preflab's (docs/architecture.md, metric names); unknown names pass unchanged."""
 
 import pytest
 from preflab_client import preflab_name

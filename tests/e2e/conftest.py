@@ -21,7 +21,7 @@ DEFAULT_TIMEOUT_MS = 15_000
 def browser() -> Iterator:
     """One Chromium per test module. While Playwright's sync API runs its event loop in this thread, Django's
     async-safety check would refuse the ORM calls the tests make, so it is lifted for exactly that time
-    (DESIGN section 8) and the loop ends with the module, before any non-browser test runs."""
+    (a known trap of Playwright's sync API with live_server) and the loop ends with the module, before any non-browser test runs."""
     from playwright.sync_api import sync_playwright
 
     previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")

@@ -1,4 +1,4 @@
-"""The grpo kind through its loop: every DESIGN metric each step, samples, exact resume, stop, NaN."""
+"""The grpo kind through its loop: every dashboard metric each step, samples, exact resume, stop, NaN."""
 
 import math
 

@@ -1,4 +1,4 @@
-"""The loss contract of trainer/algorithms/losses.py (DESIGN section 4), on hand-made tensors.
+"""The loss contract of trainer/algorithms/losses.py (docs/architecture.md), on hand-made tensors.
 
 Expected values are computed by hand from the formulas; the worked numbers of the seeds
 (GRPO 4 of 8 correct, GAE with lambda 0.9, the clip cases, the weather KL) are among them.

@@ -1,4 +1,4 @@
-"""The web process loads every URL module and view without torch or transformers (DESIGN section 6)."""
+"""The web process loads every URL module and view without torch or transformers, so pages start fast and stay small."""
 
 import subprocess
 import sys

@@ -1,4 +1,4 @@
-"""The losses and advantage estimators of every algorithm, as pure tensor functions (DESIGN section 4).
+"""The losses and advantage estimators of every algorithm, as pure tensor functions with their shapes in the docstring.
 
 Shapes: B = sequences, T = completion tokens, V = vocabulary. `mask` [B, T] is 1 on real completion
 tokens and 0 on padding. Padding may hold any value, even NaN or inf: every function replaces it with 0

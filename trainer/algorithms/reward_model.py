@@ -44,7 +44,7 @@ def pair_scores(
 
 
 def preference_metrics(chosen: Tensor, rejected: Tensor) -> dict[str, float]:
-    """DESIGN section 5 names, means over the pairs; `chosen`/`rejected` are rewards [B]."""
+    """The dashboards' metric names, means over the pairs; `chosen`/`rejected` are rewards [B]."""
     return {
         "rewards/chosen": chosen.mean().item(),
         "rewards/rejected": rejected.mean().item(),

@@ -5,7 +5,7 @@ LOCAL_RANK and the rendezvous address; `setup(config)` joins the process group (
 once and makes the `Processes` every part of the trainer asks through `active()`. Without torchrun, the same
 code runs as one process and every collective below is a no-op.
 
-How the numbers stay those of one process (DESIGN section 6):
+How the numbers stay those of one process:
 - every process draws the same global batch from the same seeded data order and takes a contiguous share of
   it; losses are normalised by the whole step's totals, so summing the processes' gradients gives the
   gradient of the whole batch (ddp: `sum_gradients`; fsdp: FSDP2's reduce-scatter, told to sum);

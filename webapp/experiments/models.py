@@ -20,7 +20,8 @@ class ModelRef(models.Model):
         CHECKPOINT = "checkpoint", "checkpoint"
 
     class Architecture(models.TextChoices):
-        """What the model computes, which decides the roles it can fill (DESIGN section 3)."""
+        """What the model computes, which decides the roles it can fill: a causal LM is a policy or a reference,
+        a sequence classifier a reward model or a critic."""
 
         CAUSAL_LM = "causal_lm", "causal LM"
         CLASSIFIER = "classifier", "sequence classifier"

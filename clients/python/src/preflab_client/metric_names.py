@@ -1,4 +1,4 @@
-"""transformers' and TRL's metric names onto Preflab's (DESIGN.md section 5), so that a run logged from a TRL
+"""transformers' and TRL's metric names onto Preflab's (the dashboards' names), so that a run logged from a TRL
 trainer lands on the same charts as Preflab's own runs. Names Preflab has no word for pass through unchanged.
 
 What TRL 1.16 logs (its trainers' `_metrics`): GRPO `reward`, `reward_std`, `rewards/<function>/mean|std`,

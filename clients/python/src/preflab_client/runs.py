@@ -89,7 +89,7 @@ class ExternalRun:
 
     def log(self, metrics: Mapping[str, Any], step: int, *, wall_time: float | None = None,
             tokens_seen: int | None = None) -> None:
-        """Metrics of one step (DESIGN's names: loss, reward/mean, kl, ...). Numbers of any kind; NaN and
+        """Metrics of one step (Preflab's names: loss, reward/mean, kl, ...). Numbers of any kind; NaN and
         infinities are kept; None is stored as null. Never raises and never waits for the network."""
         try:
             step = _step_number(step)
