@@ -17,7 +17,6 @@ No torch and no transformers at import: the web imports this module; tokenizers 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import takewhile
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -234,30 +233,6 @@ def prompt_text(
         return prompt
     _require_template(tokenizer, index=index, name=name)
     return _render(tokenizer, prompt, generation_prompt=True)
-
-
-def _common_prefix(a: str, b: str) -> str:
-    return "".join(x for x, _ in takewhile(lambda pair: pair[0] == pair[1], zip(a, b, strict=False)))
-
-
-def completion_text(
-    tokenizer: PreTrainedTokenizerBase,
-    prompt: TextOrConversation,
-    completion: TextOrConversation,
-    *,
-    index: int | None = None,
-    name: str = "data",
-) -> str:
-    """A conversational completion as templated text: the template of prompt + completion minus the prompt's
-    templated text (TRL's apply_chat_template), so it ends with the template's end of turn. Text as it is."""
-    if isinstance(completion, str):
-        return completion
-    _require_template(tokenizer, index=index, name=name)
-    whole = _render(tokenizer, [*prompt, *completion], generation_prompt=False)
-    # Some templates render the generation prompt differently from a following turn (DeepSeek-R1); TRL keeps
-    # the shared characters as the prompt, and so do we.
-    shared = _common_prefix(prompt_text(tokenizer, prompt, index=index, name=name), whole)
-    return whole[len(shared) :]
 
 
 def encode_text(tokenizer: PreTrainedTokenizerBase, text: str, *, templated: bool) -> list[int]:
