@@ -148,6 +148,15 @@ def tiny_model_dir(tmp_path_factory) -> Path:
     return Path(build_tiny_model(tmp_path_factory.mktemp("tiny-model") / "model", seed=0))
 
 
+@pytest.fixture
+def tiny_model(settings, tiny_model_dir):
+    """The tiny model registered as a base model, its directory under the model roots."""
+    from tests.webapp.experiments.helpers import register_tiny_model, tiny_model_roots
+
+    settings.MODEL_ROOTS = tiny_model_roots(tiny_model_dir)
+    return register_tiny_model(tiny_model_dir)
+
+
 def persistent_test_cache() -> Path:
     """Where expensive test artefacts survive between runs: $PREFLAB_TEST_CACHE or var/test-cache."""
     return Path(os.environ.get("PREFLAB_TEST_CACHE") or REPO_ROOT / "var" / "test-cache")

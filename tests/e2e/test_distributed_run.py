@@ -8,19 +8,13 @@ import time
 import pytest
 
 from tests.e2e.conftest import log_in
-from tests.webapp.experiments.helpers import register_tiny_model, tiny_model_roots, wait_for
+from tests.webapp.experiments.helpers import wait_for
 from tests.workers.test_distributed_launch import alive, group_pids
 from webapp.experiments.models import MetricRow, Run
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 TINY_MODEL_LABEL = "tiny arithmetic (local directory, causal LM)"
-
-
-@pytest.fixture
-def tiny_model(settings, tiny_model_dir):
-    settings.MODEL_ROOTS = tiny_model_roots(tiny_model_dir)
-    return register_tiny_model(tiny_model_dir)
 
 
 def _launch_two_process_grpo(page, live_server, max_steps: int) -> Run:

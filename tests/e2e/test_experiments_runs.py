@@ -7,21 +7,13 @@ import pytest
 from tests.e2e.conftest import log_in
 from tests.webapp.experiments.helpers import (
     ARITHMETIC,
-    register_tiny_model,
     small_config,
-    tiny_model_roots,
     wait_for,
 )
 from webapp.experiments import selectors, services
 from webapp.experiments.models import MetricRow, ModelRef, Run
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture
-def tiny_model(settings, tiny_model_dir):
-    settings.MODEL_ROOTS = tiny_model_roots(tiny_model_dir)
-    return register_tiny_model(tiny_model_dir)
 
 
 def _fill(page, values: dict[str, str]) -> None:

@@ -4,17 +4,10 @@ import pytest
 from django.utils import timezone
 
 from tests.e2e.conftest import log_in
-from tests.webapp.experiments.helpers import register_tiny_model, tiny_model_roots
 from webapp.experiments import services
 from webapp.experiments.models import Run
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture
-def tiny_model(settings, tiny_model_dir):
-    settings.MODEL_ROOTS = tiny_model_roots(tiny_model_dir)
-    return register_tiny_model(tiny_model_dir)
 
 
 def _choose_model(page, name: str) -> None:

@@ -89,11 +89,3 @@ def test_the_forms_name_the_limit(researcher_client, small_limit, researcher):
 def test_sizes_read_as_people_say_them():
     assert [size_text(size) for size in (900, 2048, 1536 * 1024, 2**30, 3 * 2**30 // 2)] == [
         "900 bytes", "2 KiB", "1.5 MiB", "1 GiB", "1.5 GiB"]
-
-
-@pytest.fixture
-def tiny_model(settings, tiny_model_dir):
-    from tests.webapp.experiments.helpers import register_tiny_model, tiny_model_roots
-
-    settings.MODEL_ROOTS = tiny_model_roots(tiny_model_dir)
-    return register_tiny_model(tiny_model_dir)

@@ -15,10 +15,8 @@ import pytest
 
 from tests.webapp.experiments.helpers import (
     ARITHMETIC,
-    register_tiny_model,
     run_status,
     small_config,
-    tiny_model_roots,
     wait_for,
 )
 from webapp.experiments import services
@@ -31,12 +29,6 @@ GRACE_S = 3
 # The bound the README states: the grace, plus a second for the worker to see the cancel and one for it to act.
 CANCEL_BOUND_S = GRACE_S + 2 * HEARTBEAT_S
 FINISHED = (Run.Status.SUCCEEDED, Run.Status.FAILED, Run.Status.CANCELED)
-
-
-@pytest.fixture
-def tiny_model(settings, tiny_model_dir):
-    settings.MODEL_ROOTS = tiny_model_roots(tiny_model_dir)
-    return register_tiny_model(tiny_model_dir)
 
 
 def training_processes(run_id: int) -> list[int]:

@@ -22,10 +22,8 @@ import pytest
 from tests.webapp.experiments.helpers import (
     ARITHMETIC,
     as_the_browser_posts,
-    register_tiny_model,
     run_status,
     small_config,
-    tiny_model_roots,
     wait_for,
 )
 from webapp.experiments import services
@@ -147,12 +145,6 @@ def test_a_rank_that_outlived_torchrun_is_killed_and_a_recycled_pid_is_not(tmp_p
 # --- real runs on a real worker --------------------------------------------------------------------------------
 
 STEPS = 4
-
-
-@pytest.fixture
-def tiny_model(settings, tiny_model_dir):
-    settings.MODEL_ROOTS = tiny_model_roots(tiny_model_dir)
-    return register_tiny_model(tiny_model_dir)
 
 
 def _launch_from_the_form(client, model_path: str, **values: str) -> Run:

@@ -15,7 +15,7 @@ import pytest
 
 from tests.trainer.test_distributed import FP32_TOLERANCE
 from tests.webapp.experiments.helpers import ARITHMETIC, run_status, wait_for
-from tests.workers.test_distributed_launch import FINISHED, alive, tiny_model  # noqa: F401
+from tests.workers.test_distributed_launch import FINISHED, alive
 from webapp.experiments import services
 from webapp.experiments.models import MetricRow, Run
 from workers.torchrun import rank_pids
@@ -70,7 +70,7 @@ def _group(launch_dir: Path) -> list[int]:
 
 
 def test_two_nodes_of_one_process_reproduce_two_processes_on_one_node(
-    celery_worker_factory, tiny_model, researcher  # noqa: F811
+    celery_worker_factory, tiny_model, researcher
 ):
     workers = _two_workers(celery_worker_factory)
     one_node = _launch(researcher, tiny_model.path, nodes=1)
@@ -100,7 +100,7 @@ def test_two_nodes_of_one_process_reproduce_two_processes_on_one_node(
                  what=f"the ranks of {launch_dir} to exit")
 
 
-def test_a_node_no_worker_joins_fails_the_run_with_the_reason(celery_worker_factory, tiny_model, researcher):  # noqa: F811
+def test_a_node_no_worker_joins_fails_the_run_with_the_reason(celery_worker_factory, tiny_model, researcher):
     # one worker: it claims the run as node 0, and no other takes the message asking for node 1
     worker = celery_worker_factory(queues=("gpu",), **NODE, PREFLAB_NODE_JOIN_TIMEOUT_S="5")
     run = _launch(researcher, tiny_model.path, nodes=2)
@@ -121,7 +121,7 @@ def test_a_node_no_worker_joins_fails_the_run_with_the_reason(celery_worker_fact
     assert sorted(_node_dirs(run)) == [0]
 
 
-def test_a_cancel_while_node_0_waits_for_the_others_ends_the_wait(celery_worker_factory, tiny_model, researcher):  # noqa: F811
+def test_a_cancel_while_node_0_waits_for_the_others_ends_the_wait(celery_worker_factory, tiny_model, researcher):
     worker = celery_worker_factory(queues=("gpu",), **NODE)  # the default join timeout: 600 s
     run = _launch(researcher, tiny_model.path, nodes=2)
     wait_for(lambda: Run.objects.get(pk=run.pk).rendezvous.get("endpoint"), timeout_s=60,
@@ -134,7 +134,7 @@ def test_a_cancel_while_node_0_waits_for_the_others_ends_the_wait(celery_worker_
 
 
 def test_a_sigkilled_rank_of_the_joined_node_fails_the_run_naming_it_and_leaves_no_process(
-    celery_worker_factory, tiny_model, researcher  # noqa: F811
+    celery_worker_factory, tiny_model, researcher
 ):
     workers = _two_workers(celery_worker_factory)
     run = _launch(researcher, tiny_model.path, nodes=2, max_steps=500)

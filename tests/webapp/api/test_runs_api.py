@@ -11,20 +11,12 @@ from tests.webapp.api.run_api_helpers import api_client_of
 from tests.webapp.experiments.helpers import (
     ARITHMETIC,
     finished_run_with_checkpoints,
-    register_tiny_model,
     small_config,
-    tiny_model_roots,
 )
 from webapp.experiments import services
 from webapp.experiments.models import MetricRow, Run
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def tiny_model(settings, tiny_model_dir):
-    settings.MODEL_ROOTS = tiny_model_roots(tiny_model_dir)
-    return register_tiny_model(tiny_model_dir)
 
 
 @pytest.fixture
