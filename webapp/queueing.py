@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from celery import Task
+from celery.result import AsyncResult
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
@@ -29,7 +29,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 from kombu.exceptions import KombuError
 
-from workers.app import DEFAULT_QUEUE, GPU_QUEUE, app
+from webapp.celery_app import DEFAULT_QUEUE, GPU_QUEUE, HEALTH_PING, app
 
 logger = logging.getLogger(__name__)
 
@@ -64,14 +64,14 @@ def broker_location() -> str:
     return f"{connection.transport_cls}://{connection.hostname}:{connection.port}/{connection.virtual_host or ''}"
 
 
-def publish(task: Task, *, kind: str, object_id: int, args: Sequence[int | str] = ()) -> str:
-    """Send one message for a row (the task gets the row's id, then `args`); QueueUnavailable if the broker cannot
-    be reached. Returns the message id."""
+def publish(task_name: str, *, kind: str, object_id: int, args: Sequence[int | str] = ()) -> str:
+    """Send one message for a row to the task named `task_name` (webapp.celery_app; the task gets the row's id,
+    then `args`); QueueUnavailable if the broker cannot be reached. Returns the message id."""
     task_id = message_id(kind, object_id)
     try:
         # ignore_result: rows hold the outcome, and a result store that is down must not stall the publish
-        task.apply_async(args=[object_id, *args], task_id=task_id, ignore_result=True, retry=True,
-                         retry_policy=PUBLISH_RETRY_POLICY)
+        app.send_task(task_name, args=[object_id, *args], task_id=task_id, ignore_result=True, retry=True,
+                      retry_policy=PUBLISH_RETRY_POLICY)
     except (KombuError, OSError) as error:
         raise QueueUnavailable(
             f"the job queue ({broker_location()}) could not be reached: {str(error).rstrip('.')}. Nothing was queued; "
@@ -81,7 +81,7 @@ def publish(task: Task, *, kind: str, object_id: int, args: Sequence[int | str] 
 
 
 def publish_on_commit(
-    task: Task, *, kind: str, object_id: int, on_failure: Callable[[str], None], args: Sequence[int | str] = ()
+    task_name: str, *, kind: str, object_id: int, on_failure: Callable[[str], None], args: Sequence[int | str] = ()
 ) -> None:
     """Publish once the row is committed (a worker must find it). If the broker cannot be reached, on_failure
     gets the reason (to remove or fail the row, in its own transaction) and QueueUnavailable is raised out of
@@ -89,7 +89,7 @@ def publish_on_commit(
 
     def send() -> None:
         try:
-            publish(task, kind=kind, object_id=object_id, args=args)
+            publish(task_name, kind=kind, object_id=object_id, args=args)
         except QueueUnavailable as error:
             on_failure(" ".join(error.messages))  # str() of a ValidationError would be a list's repr
             raise
@@ -97,13 +97,19 @@ def publish_on_commit(
     transaction.on_commit(send)
 
 
-def publish_before_commit(task: Task, *, kind: str, object_id: int) -> None:
+def publish_before_commit(task_name: str, *, kind: str, object_id: int) -> None:
     """Publish inside the caller's transaction, which has written (and so locked) the row: a broker that cannot be
     reached raises QueueUnavailable and rolls back every change, so the row stays as it was. A worker handed the
     message meanwhile waits on that lock to claim the row, so it finds the committed state."""
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError("publish_before_commit needs the transaction that changed the row")
-    publish(task, kind=kind, object_id=object_id)
+    publish(task_name, kind=kind, object_id=object_id)
+
+
+def health_ping_send() -> AsyncResult:
+    """Ask any default-queue worker to answer a health ping; the result to wait on (it raises what the publish
+    raises: a broker down or misconfigured)."""
+    return app.send_task(HEALTH_PING)
 
 
 # --- what the broker holds -------------------------------------------------------------------------------
@@ -161,7 +167,7 @@ def rows_with_messages(ids: Iterable[str], kind: str) -> set[int]:
     return {row[1] for row in rows if row is not None and row[0] == kind}
 
 
-def requeue_lost(task: Task, *, kind: str, queued: QuerySet, message_ids: set[str], now: datetime | None = None) -> list[int]:
+def requeue_lost(task_name: str, *, kind: str, queued: QuerySet, message_ids: set[str], now: datetime | None = None) -> list[int]:
     """Publish again every row of `queued` (rows with a queued_at, still queued) waiting for longer than
     PREFLAB_REQUEUE_AFTER_S whose message the broker no longer holds (a broker restarted without persistence);
     its clock starts again. Returns their ids."""
@@ -169,7 +175,7 @@ def requeue_lost(task: Task, *, kind: str, queued: QuerySet, message_ids: set[st
     lost = queued.filter(queued_at__lt=limit).exclude(pk__in=rows_with_messages(message_ids, kind))
     requeued = list(lost.values_list("pk", flat=True))
     for row_id in requeued:
-        publish(task, kind=kind, object_id=row_id)
+        publish(task_name, kind=kind, object_id=row_id)
         queued.model.objects.filter(pk=row_id).update(queued_at=timezone.now())
         logger.warning("%s %s was queued but its message was gone from the broker: queued again", kind, row_id)
     return requeued

@@ -1,45 +1,27 @@
-"""The Celery app, configured from Django settings (CELERY_* names).
-
-Two queues: `default` for light web-side jobs and `gpu` for everything that loads a model. A GPU worker
-listens on `gpu` with `--concurrency 1` and a pool that does not fork after CUDA is initialised.
-"""
-
-import os
+"""The Celery app as a worker runs it: the app and its routing from webapp/celery_app.py, the tasks of
+workers/tasks.py, what only a worker needs (late acknowledgement, one message at a time) and the beat schedule."""
 
 from billiard.process import current_process
-from celery import Celery, signals
-from kombu import Queue
+from celery import signals
+from django.conf import settings
 
-from workers.parent_death import die_with_parent
+from webapp.celery_app import RECONCILE_JOBS, app
+from webapp.parent_death import die_with_parent
 
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
-
-DEFAULT_QUEUE = "default"
-GPU_QUEUE = "gpu"
-# Every task that loads a model or trains one: routed to the GPU workers.
-GPU_TASK_NAMES = ("workers.tasks.run_training", "workers.tasks.run_node_join", "workers.tasks.sample_responses")
-
-app = Celery("preflab", include=["workers.tasks"])
-app.config_from_object("django.conf:settings", namespace="CELERY")
 app.conf.update(
-    task_queues=(Queue(DEFAULT_QUEUE), Queue(GPU_QUEUE)),
-    task_default_queue=DEFAULT_QUEUE,
-    task_routes={name: {"queue": GPU_QUEUE} for name in GPU_TASK_NAMES},
+    include=["workers.tasks"],
     # A task is acknowledged only when it finishes, so a worker killed mid-task does not lose it silently;
     # the run's own status (not redelivery) decides whether it is started again.
     task_acks_late=True,
     task_reject_on_worker_lost=False,
     worker_prefetch_multiplier=1,
     task_track_started=True,
-    task_serializer="json",
-    result_serializer="json",
-    accept_content=["json"],
-    result_expires=3600,
-    broker_connection_retry_on_startup=True,
     worker_hijack_root_logger=False,
     # What tasks print (progress bars of model loading) is information, not a warning: it goes to the log
     # file, not to `make run`'s terminal.
     worker_redirect_stdouts_level="INFO",
+    # The light periodic job, run by celery beat on the default-queue worker (workers.tasks.reconcile_jobs).
+    beat_schedule={"reconcile-jobs": {"task": RECONCILE_JOBS, "schedule": settings.PREFLAB_RECONCILE_EVERY_S}},
 )
 
 

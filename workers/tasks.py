@@ -1,16 +1,25 @@
-"""Celery tasks. Each takes ids, calls the job's execution (workers/training.py, workers/sampling.py,
-workers/importing.py) or a service, and returns something small and JSON-serialisable.
+"""Celery tasks, under the names the web publishes them by (webapp/celery_app.py). Each takes ids, calls the job's
+execution (workers/training.py, workers/sampling.py, workers/importing.py) or a service, and returns something
+small and JSON-serialisable.
 
-The web process imports this module to queue tasks, so the executions (which import torch) are imported
-inside the tasks that run them, on the worker."""
+The executions (which import torch) are imported inside the tasks that run them, so a worker that only runs light
+jobs never loads them."""
 
 import os
 import socket
 
+from webapp.celery_app import (
+    HEALTH_PING,
+    IMPORT_PROMPTS,
+    RECONCILE_JOBS,
+    RUN_NODE_JOIN,
+    RUN_TRAINING,
+    SAMPLE_RESPONSES,
+)
 from workers.app import app
 
 
-@app.task(name="workers.tasks.health_ping")
+@app.task(name=HEALTH_PING)
 def health_ping() -> dict:
     """Proves a worker is alive, reachable through the broker and connected to the database; says who it is."""
     from webapp.selectors import database_is_reachable
@@ -23,7 +32,7 @@ def health_ping() -> dict:
     }
 
 
-@app.task(name="workers.tasks.run_training")
+@app.task(name=RUN_TRAINING)
 def run_training(run_id: int) -> None:
     """Train one run on this (GPU) worker."""
     from workers.training import run_execute
@@ -31,7 +40,7 @@ def run_training(run_id: int) -> None:
     run_execute(run_id=run_id)
 
 
-@app.task(name="workers.tasks.run_node_join")
+@app.task(name=RUN_NODE_JOIN)
 def run_node_join(run_id: int, node_rank: int, rendezvous_id: str) -> None:
     """Be node `node_rank` of a run on several nodes, as its node 0 (the worker that claimed it) asked."""
     from workers.torchrun import run_node_execute
@@ -39,7 +48,7 @@ def run_node_join(run_id: int, node_rank: int, rendezvous_id: str) -> None:
     run_node_execute(run_id=run_id, node_rank=node_rank, rendezvous_id=rendezvous_id)
 
 
-@app.task(name="workers.tasks.sample_responses")
+@app.task(name=SAMPLE_RESPONSES)
 def sample_responses(job_id: int) -> None:
     """Fill a project's prompts with model responses (a sampling job) on this (GPU) worker."""
     from workers.sampling import sampling_job_execute
@@ -47,9 +56,19 @@ def sample_responses(job_id: int) -> None:
     sampling_job_execute(job_id=job_id)
 
 
-@app.task(name="workers.tasks.import_prompts")
+@app.task(name=IMPORT_PROMPTS)
 def import_prompts(job_id: int) -> None:
     """Check and write an uploaded import file (an import job): light work, on the default queue."""
     from workers.importing import import_job_execute
 
     import_job_execute(job_id=job_id)
+
+
+@app.task(name=RECONCILE_JOBS)
+def reconcile_jobs() -> dict[str, list[int]] | None:
+    """The periodic job celery beat runs on the default-queue worker (workers/app.py's beat_schedule): fail stale
+    runs and sampling jobs, queue again the queued ones whose message is gone; returns their ids (None: another
+    beat's tick acted less than a period ago)."""
+    from webapp.jobs import jobs_reconcile_once_per_period
+
+    return jobs_reconcile_once_per_period()

@@ -1,4 +1,5 @@
-from workers.app import GPU_QUEUE, GPU_TASK_NAMES, app
+from webapp.celery_app import GPU_QUEUE, GPU_TASK_NAMES
+from workers.app import app
 
 
 def _queue_of(task_name: str) -> str:

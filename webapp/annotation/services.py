@@ -43,6 +43,7 @@ from webapp.annotation.models import (
 )
 from webapp.annotation.preferences import pairs_from_tiers, tiers_without
 from webapp.annotation.selectors import blank_response_ids, responses_shown
+from webapp.celery_app import IMPORT_PROMPTS, SAMPLE_RESPONSES
 from webapp.experiments.models import ModelRef
 from webapp.experiments.services import model_resolve
 from webapp.queueing import publish_before_commit, publish_on_commit, requeue_lost
@@ -244,7 +245,7 @@ def import_job_create(
             )
             job_id = job.pk
             # a job the broker cannot take is removed (its file below): QueueUnavailable says why
-            publish_on_commit(_import_task(), kind=IMPORT_MESSAGE_KIND, object_id=job_id, on_failure=lambda reason:
+            publish_on_commit(IMPORT_PROMPTS, kind=IMPORT_MESSAGE_KIND, object_id=job_id, on_failure=lambda reason:
                               ImportJob.objects.filter(pk=job_id, status=ImportStatus.QUEUED).delete())
     except BaseException:
         path.unlink(missing_ok=True)
@@ -254,12 +255,6 @@ def import_job_create(
 
 IMPORT_MESSAGE_KIND = "import"
 SQLITE_WRITE_STAGE_TIMEOUT = timedelta(minutes=30)
-
-
-def _import_task():
-    from workers.tasks import import_prompts
-
-    return import_prompts
 
 
 def import_job_heartbeat(*, job_id: int) -> None:
@@ -287,7 +282,7 @@ def import_jobs_fail_stale(*, now: datetime | None = None) -> list[int]:
 
 def import_jobs_requeue_lost(*, message_ids: set[str], now: datetime | None = None) -> list[int]:
     """Publish again every import queued too long whose message is gone (webapp.queueing.requeue_lost)."""
-    return requeue_lost(_import_task(), kind=IMPORT_MESSAGE_KIND, message_ids=message_ids, now=now,
+    return requeue_lost(IMPORT_PROMPTS, kind=IMPORT_MESSAGE_KIND, message_ids=message_ids, now=now,
                         queued=ImportJob.objects.filter(status=ImportStatus.QUEUED))
 
 
@@ -612,9 +607,7 @@ def sampling_job_create(
 
 
 def _sampling_job_publish(job_id: int, *, on_failure: Callable[[str], None]) -> None:
-    from workers.tasks import sample_responses as sample_responses_task
-
-    publish_on_commit(sample_responses_task, kind=SAMPLING_MESSAGE_KIND, object_id=job_id, on_failure=on_failure)
+    publish_on_commit(SAMPLE_RESPONSES, kind=SAMPLING_MESSAGE_KIND, object_id=job_id, on_failure=on_failure)
 
 
 def sampling_job_start(*, job_id: int) -> bool:
@@ -676,8 +669,6 @@ def sampling_job_resume(*, job_id: int) -> None:
     """Queue a failed or canceled job again: it fills only the prompts still short of responses, so nothing is
     sampled twice. QueueUnavailable (a ValidationError) if the broker cannot take it; the job then stays as it was
     (failed or canceled, with its error)."""
-    from workers.tasks import sample_responses as sample_responses_task
-
     with transaction.atomic():
         resumed = SamplingJob.objects.filter(
             pk=job_id, status__in=(SamplingStatus.FAILED, SamplingStatus.CANCELED)
@@ -685,7 +676,7 @@ def sampling_job_resume(*, job_id: int) -> None:
                  heartbeat_at=None, queued_at=timezone.now())
         if not resumed:
             raise ValidationError(f"sampling job {job_id} is not failed or canceled; only those can be resumed")
-        publish_before_commit(sample_responses_task, kind=SAMPLING_MESSAGE_KIND, object_id=job_id)
+        publish_before_commit(SAMPLE_RESPONSES, kind=SAMPLING_MESSAGE_KIND, object_id=job_id)
 
 
 def sampling_jobs_fail_stale(*, now: datetime | None = None) -> list[int]:
@@ -704,7 +695,5 @@ def sampling_jobs_fail_stale(*, now: datetime | None = None) -> list[int]:
 
 def sampling_jobs_requeue_lost(*, message_ids: set[str], now: datetime | None = None) -> list[int]:
     """Publish again every sampling job queued too long whose message is gone (webapp.queueing.requeue_lost)."""
-    from workers.tasks import sample_responses as sample_responses_task
-
-    return requeue_lost(sample_responses_task, kind=SAMPLING_MESSAGE_KIND, message_ids=message_ids, now=now,
+    return requeue_lost(SAMPLE_RESPONSES, kind=SAMPLING_MESSAGE_KIND, message_ids=message_ids, now=now,
                         queued=SamplingJob.objects.filter(status=SamplingStatus.QUEUED))

@@ -34,6 +34,7 @@ from trainer.formats.jsonl import JsonlError, numbered_jsonl_lines, text_lines
 from trainer.kinds import KINDS, config_from_dict, run_kind
 from trainer.modeling.model_names import is_hub_id, looks_local
 from trainer.sink import decode_json_value, encode_json_value
+from webapp.celery_app import RUN_NODE_JOIN, RUN_TRAINING
 from webapp.experiments import selectors
 from webapp.experiments.alerts import AlertThresholds, alerts_for
 from webapp.experiments.data_sources import data_source_check, data_source_rows
@@ -358,19 +359,15 @@ def _data_size_check(kind: str, config: dict[str, Any], data_source: Mapping[str
 def _queue(run: Run, *, on_failure: Callable[[str], None]) -> None:
     """Mark the run queued now and publish its message once committed; on_failure undoes the launch if the broker
     cannot be reached (QueueUnavailable then reaches the caller)."""
-    from workers.tasks import run_training as run_training_task
-
     Run.objects.filter(pk=run.pk).update(queued_at=timezone.now())
-    publish_on_commit(run_training_task, kind=RUN_MESSAGE_KIND, object_id=run.pk, on_failure=on_failure)
+    publish_on_commit(RUN_TRAINING, kind=RUN_MESSAGE_KIND, object_id=run.pk, on_failure=on_failure)
 
 
 def _queue_before_commit(run: Run) -> None:
     """Mark the run queued now and publish its message before the caller's transaction commits: a broker that
     cannot be reached undoes it all (QueueUnavailable reaches the caller), so a resumed run stays as it was."""
-    from workers.tasks import run_training as run_training_task
-
     Run.objects.filter(pk=run.pk).update(queued_at=timezone.now())
-    publish_before_commit(run_training_task, kind=RUN_MESSAGE_KIND, object_id=run.pk)
+    publish_before_commit(RUN_TRAINING, kind=RUN_MESSAGE_KIND, object_id=run.pk)
 
 
 def _forget_unqueued_run(run_id: int) -> Callable[[str], None]:
@@ -380,11 +377,9 @@ def _forget_unqueued_run(run_id: int) -> Callable[[str], None]:
 
 def runs_requeue_lost(*, message_ids: set[str], now: datetime | None = None) -> list[int]:
     """Publish again every run queued too long whose message is gone (webapp.queueing.requeue_lost)."""
-    from workers.tasks import run_training as run_training_task
-
     # an external run is never queued; excluded all the same, since publishing one would hand it to a worker
     queued = Run.objects.filter(status=Status.QUEUED).exclude(kind=EXTERNAL_KIND)
-    return requeue_lost(run_training_task, kind=RUN_MESSAGE_KIND, queued=queued, message_ids=message_ids, now=now)
+    return requeue_lost(RUN_TRAINING, kind=RUN_MESSAGE_KIND, queued=queued, message_ids=message_ids, now=now)
 
 
 @transaction.atomic
@@ -574,8 +569,6 @@ def run_rendezvous_open(*, run_id: int, rendezvous_id: str, endpoint: str, nodes
     rendezvous), and ask nodes - 1 other gpu workers to join it, one message per node rank, sent once committed.
     False, and nothing written, if the run is not running. If the broker cannot be reached the run is failed with
     the reason and QueueUnavailable raised."""
-    from workers.tasks import run_node_join as run_node_join_task
-
     with transaction.atomic():
         opened = Run.objects.filter(pk=run_id, status=Status.RUNNING).update(
             rendezvous={"id": rendezvous_id, "endpoint": endpoint, "nodes": nodes, "joined": {"0": worker}}
@@ -583,7 +576,7 @@ def run_rendezvous_open(*, run_id: int, rendezvous_id: str, endpoint: str, nodes
         if not opened:
             return False
         for node_rank in range(1, nodes):
-            publish_on_commit(run_node_join_task, kind=NODE_MESSAGE_KIND, object_id=run_id,
+            publish_on_commit(RUN_NODE_JOIN, kind=NODE_MESSAGE_KIND, object_id=run_id,
                               args=(node_rank, rendezvous_id), on_failure=_fail_unasked_node(run_id, node_rank))
     return True
 

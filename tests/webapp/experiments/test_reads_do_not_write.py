@@ -10,7 +10,7 @@ from django.utils import timezone
 from tests.webapp.experiments.helpers import ARITHMETIC, small_config
 from webapp.experiments import services
 from webapp.experiments.models import Run
-from webapp.experiments.tasks import reconcile_jobs
+from workers.tasks import reconcile_jobs
 
 pytestmark = pytest.mark.django_db
 

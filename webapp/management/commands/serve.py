@@ -18,10 +18,10 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from webapp.celery_app import DEFAULT_QUEUE, GPU_QUEUE
 from webapp.management.commands.seed_demo import demo_accounts_file
+from webapp.parent_death import die_with_parent
 from webapp.process_logs import relay
-from workers.app import DEFAULT_QUEUE, GPU_QUEUE
-from workers.parent_death import die_with_parent
 
 READY_TIMEOUT_S = 90.0
 
