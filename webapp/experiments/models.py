@@ -75,7 +75,7 @@ class Run(models.Model):
     tokens_seen = models.BigIntegerField(default=0)
     checkpoint_path = models.CharField(max_length=1000, blank=True)
     # A run on several nodes, its last launch: {"id", "endpoint": "HOST:PORT", "nodes": N, "joined": {"0": worker,
-    # ...}}; node 0 writes it and each joining worker claims its node rank in it (webapp.experiments.services).
+    # ...}}; node 0 writes it and each joining worker claims its node rank in it (webapp.experiments.services.rendezvous).
     rendezvous = models.JSONField(default=dict, blank=True)
     parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="runs")

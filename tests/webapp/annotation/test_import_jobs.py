@@ -11,6 +11,7 @@ from django.urls import reverse
 
 from webapp.annotation import services
 from webapp.annotation.models import ImportJob, PreferencePair, Prompt, Response
+from webapp.annotation.services import imports as import_services
 from workers.app import app
 from workers.importing import import_job_execute
 
@@ -98,7 +99,7 @@ def test_an_id_repeated_far_apart_is_refused_naming_both_lines_after_writing_beg
     project, researcher_client, monkeypatch
 ):
     # batches of 2: the repeat is met only in the database, after the first batch was written, and rolled back
-    monkeypatch.setattr(services, "IMPORT_CHUNK", 2)
+    monkeypatch.setattr(import_services, "IMPORT_CHUNK", 2)
     rows = [{"id": f"q{index}", "prompt": f"Question {index}?"} for index in range(5)] + [{"id": "q1", "prompt": "?"}]
     _upload(researcher_client, project, _jsonl(*rows))
     job = ImportJob.objects.get()

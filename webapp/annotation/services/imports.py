@@ -1,0 +1,258 @@
+"""Imports of prompts (with their responses or preference pairs), the import jobs that run them, and responses
+added from outside."""
+
+import logging
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.core.files.uploadedfile import UploadedFile
+from django.db import connection, transaction
+from django.db.models import F, Max
+from django.utils import timezone
+
+from webapp.annotation.importing import IdRepeatedInFile, ImportFileError, ImportRecord, repeated_id
+from webapp.annotation.models import ImportJob, PreferencePair, Project, Prompt, Response
+from webapp.celery_app import IMPORT_PROMPTS
+from webapp.queueing import publish_on_commit, requeue_lost
+from webapp.text import counted, storable_text
+from webapp.uploads import upload_keep
+
+logger = logging.getLogger(__name__)
+
+
+IMPORT_CHUNK = 500
+# A batch also ends at this much text, so that a file of very long rows holds few of them in memory at once.
+IMPORT_CHUNK_CHARS = 8 * 2**20
+# Import -----------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ImportSummary:
+    created: int
+    already_present: int
+    responses: int
+    pairs: int
+
+    @property
+    def contents(self) -> str:
+        """'6 responses, 1 preference pair': what the new prompts brought, nouns agreeing with their numbers."""
+        return f"{counted(self.responses, 'response')}, {counted(self.pairs, 'preference pair')}"
+
+
+def prompts_import(
+    *, project: Project, records: Iterable[ImportRecord], progress: Callable[[int], None] | None = None
+) -> ImportSummary:
+    """Write records in one transaction, a batch at a time, so that memory holds one batch however many there are;
+    rows whose external id the project holds already are left alone. An id repeated in `records` (which
+    importing.iter_import cannot see) raises IdRepeatedInFile, and nothing is written. `progress` is called with
+    the number of records of each batch written."""
+    created = present = responses = pairs = 0
+    with transaction.atomic():
+        # One import of a project at a time: a second one (the same file from another researcher) waits, then
+        # finds the rows present instead of failing on the unique external ids.
+        Project.objects.select_for_update().filter(pk=project.pk).first()
+        # a prompt of the project above this id is one this import wrote: meeting its id again is a repeat
+        written_after = Prompt.objects.filter(project=project).aggregate(last=Max("pk"))["last"] or 0
+        for batch in _import_batches(records):
+            fresh = _fresh_records(project, batch, written_after)
+            added_responses, added_pairs = _import_chunk(project, fresh)
+            created += len(fresh)
+            present += len(batch) - len(fresh)
+            responses += added_responses
+            pairs += added_pairs
+            if progress is not None:
+                progress(len(batch))
+    return ImportSummary(created, present, responses, pairs)
+
+
+def _import_batches(records: Iterable[ImportRecord]) -> Iterator[list[ImportRecord]]:
+    batch: list[ImportRecord] = []
+    chars = 0
+    for record in records:
+        batch.append(record)
+        chars += _record_chars(record)
+        if len(batch) >= IMPORT_CHUNK or chars >= IMPORT_CHUNK_CHARS:
+            yield batch
+            batch, chars = [], 0
+    if batch:
+        yield batch
+
+
+def _record_chars(record: ImportRecord) -> int:
+    answers = (record.chosen, record.rejected) if record.is_pair else record.responses
+    metadata = len(str(record.metadata)) if record.metadata else 0
+    return len(record.text) + sum(len(text) for text in answers) + metadata
+
+
+def _fresh_records(project: Project, batch: list[ImportRecord], written_after: int) -> list[ImportRecord]:
+    """The batch's records whose id is new to the project; an id repeated in the batch, or one this import
+    has written already, is refused."""
+    first_lines: dict[str, int] = {}
+    for record in batch:
+        if record.external_id in first_lines:
+            raise repeated_id(record, first_lines[record.external_id])
+        first_lines[record.external_id] = record.line
+    stored = dict(
+        Prompt.objects.filter(project=project, external_id__in=first_lines).values_list("external_id", "pk")
+    )
+    for record in batch:
+        if stored.get(record.external_id, 0) > written_after:
+            raise IdRepeatedInFile(record)
+    return [record for record in batch if record.external_id not in stored]
+
+
+def _import_chunk(project: Project, records: Sequence[ImportRecord]) -> tuple[int, int]:
+    prompts = Prompt.objects.bulk_create(
+        [
+            Prompt(
+                project=project,
+                external_id=record.external_id,
+                text=record.text,
+                messages=record.messages,
+                reference_answer=record.reference_answer or "",
+                metadata=record.metadata,
+                annotatable=not record.is_pair,
+                response_count=2 if record.is_pair else len(record.responses),
+            )
+            for record in records
+        ]
+    )
+    responses: list[Response] = []
+    for prompt, record in zip(prompts, records, strict=True):
+        texts = (record.chosen, record.rejected) if record.is_pair else record.responses
+        responses += [Response(prompt=prompt, text=text, source=Response.Source.IMPORTED) for text in texts]
+    responses = Response.objects.bulk_create(responses)
+    by_prompt: dict[int, list[Response]] = {}
+    for response in responses:
+        by_prompt.setdefault(response.prompt_id, []).append(response)
+    pairs = [
+        PreferencePair(
+            project=project, prompt=prompt, chosen=by_prompt[prompt.pk][0], rejected=by_prompt[prompt.pk][1],
+            weight=1.0, margin=1.0,
+        )
+        for prompt, record in zip(prompts, records, strict=True)
+        if record.is_pair
+    ]
+    PreferencePair.objects.bulk_create(pairs)
+    return len(responses), len(pairs)
+
+
+ImportStatus = ImportJob.Status
+# The page shows the first part of a very long error (a field name holding a whole metadata key, say).
+IMPORT_ERROR_MAX_CHARS = 2_000
+
+
+def import_job_create(
+    *, project: Project, upload: UploadedFile, file_format: str, created_by: AbstractBaseUser
+) -> ImportJob:
+    """Keep the upload under the data directory and queue a job to import it once committed; if the job cannot be
+    stored, the kept file goes."""
+    path = settings.DATA_DIR / "uploads" / "imports" / f"{uuid.uuid4().hex}.{file_format}"
+    upload_keep(upload, path)
+    try:
+        with transaction.atomic():
+            job = ImportJob.objects.create(
+                project=project, file_name=storable_text(upload.name or "upload")[:255], file_format=file_format,
+                upload_path=str(path), bytes_total=upload.size or 0, created_by=created_by, queued_at=timezone.now(),
+            )
+            job_id = job.pk
+            # a job the broker cannot take is removed (its file below): QueueUnavailable says why
+            publish_on_commit(IMPORT_PROMPTS, kind=IMPORT_MESSAGE_KIND, object_id=job_id, on_failure=lambda reason:
+                              ImportJob.objects.filter(pk=job_id, status=ImportStatus.QUEUED).delete())
+    except BaseException:
+        path.unlink(missing_ok=True)
+        raise
+    return job
+
+
+IMPORT_MESSAGE_KIND = "import"
+SQLITE_WRITE_STAGE_TIMEOUT = timedelta(minutes=30)
+
+
+def import_job_heartbeat(*, job_id: int) -> None:
+    ImportJob.objects.filter(pk=job_id, status=ImportStatus.RUNNING).update(heartbeat_at=timezone.now())
+
+
+def import_jobs_fail_stale(*, now: datetime | None = None) -> list[int]:
+    """Fail every running import whose worker stopped sending heartbeats: nothing of it was written (an import is
+    one transaction), and its kept file goes."""
+    now = now or timezone.now()
+    limit = now - timedelta(seconds=settings.PREFLAB_HEARTBEAT_TIMEOUT_S)
+    stale = ImportJob.objects.filter(status=ImportStatus.RUNNING, heartbeat_at__lt=limit)
+    if connection.vendor == "sqlite":
+        # SQLite has one writer: while the import's transaction writes, its heartbeat cannot, so the write stage
+        # gets a longer bound there (on Postgres the heartbeat goes on beside the transaction)
+        stale = stale.exclude(stage=ImportJob.Stage.WRITING, heartbeat_at__gte=now - SQLITE_WRITE_STAGE_TIMEOUT)
+    failed = []
+    for job in stale:
+        last = job.heartbeat_at.isoformat(timespec="seconds")
+        import_job_fail(job_id=job.pk, error=f"the worker stopped sending heartbeats (last at {last}); nothing was "
+                                             f"imported (an import is all or nothing): upload {job.file_name} again")
+        failed.append(job.pk)
+    return failed
+
+
+def import_jobs_requeue_lost(*, message_ids: set[str], now: datetime | None = None) -> list[int]:
+    """Publish again every import queued too long whose message is gone (webapp.queueing.requeue_lost)."""
+    return requeue_lost(IMPORT_PROMPTS, kind=IMPORT_MESSAGE_KIND, message_ids=message_ids, now=now,
+                        queued=ImportJob.objects.filter(status=ImportStatus.QUEUED))
+
+
+def import_job_start(*, job_id: int) -> bool:
+    """Claim a queued import job for this worker; False, and nothing written, if it is not queued any more."""
+    now = timezone.now()
+    claimed = ImportJob.objects.filter(pk=job_id, status=ImportStatus.QUEUED).update(
+        status=ImportStatus.RUNNING, stage=ImportJob.Stage.CHECKING, started_at=now, heartbeat_at=now
+    )
+    if not claimed:
+        logger.info("import job %s is not queued any more; nothing to do", job_id)
+    return bool(claimed)
+
+
+def import_job_progress(*, job_id: int, bytes_done: int, rows_checked: int) -> None:
+    ImportJob.objects.filter(pk=job_id).update(bytes_done=bytes_done, rows_checked=rows_checked)
+
+
+def import_job_writing(*, job_id: int, rows_checked: int) -> None:
+    ImportJob.objects.filter(pk=job_id).update(
+        stage=ImportJob.Stage.WRITING, rows_checked=rows_checked, bytes_done=F("bytes_total")
+    )
+
+
+def import_job_succeed(*, job_id: int, summary: ImportSummary) -> None:
+    _import_job_end(job_id, status=ImportStatus.SUCCEEDED, created_count=summary.created,
+                    already_present=summary.already_present, responses_count=summary.responses,
+                    pairs_count=summary.pairs)
+
+
+def import_job_fail(*, job_id: int, error: ImportFileError | str) -> None:
+    """Fail the job with a refusal of the file (naming its line and field) or another reason."""
+    where = {"error_line": error.line, "error_field": error.field[:200]} if isinstance(error, ImportFileError) else {}
+    _import_job_end(job_id, status=ImportStatus.FAILED, error=storable_text(str(error))[:IMPORT_ERROR_MAX_CHARS],
+                    **where)
+
+
+def _import_job_end(job_id: int, **fields: object) -> None:
+    """Record how the job ended and remove the kept upload, which nothing reads any more."""
+    ImportJob.objects.filter(pk=job_id, status__in=(ImportStatus.QUEUED, ImportStatus.RUNNING)).update(
+        stage="", finished_at=timezone.now(), **fields
+    )
+    path = ImportJob.objects.filter(pk=job_id).values_list("upload_path", flat=True).first()
+    if path:
+        Path(path).unlink(missing_ok=True)
+
+
+def responses_add(*, prompt_id: int, texts: Sequence[str], source: str, source_detail: dict) -> list[Response]:
+    with transaction.atomic():
+        prompt = Prompt.objects.select_for_update().get(pk=prompt_id)
+        created = Response.objects.bulk_create(
+            [Response(prompt=prompt, text=storable_text(text), source=source, source_detail=source_detail)
+             for text in texts]
+        )
+        Prompt.objects.filter(pk=prompt.pk).update(response_count=F("response_count") + len(created))
+    return created

@@ -1,0 +1,97 @@
+"""The assignment queue: who is leased which item next.
+
+The queue's promise (never past the overlap, never twice to one person, with many people asking at once)
+rests on one rule: a prompt's leases and rankings change only while its row is locked. `assignment_lease_next`
+locks a candidate with SELECT ... FOR UPDATE SKIP LOCKED (on SQLite, IMMEDIATE transactions serialise
+writers instead) and counts again after locking; `ranking_submit` (services.rankings) locks the same row and
+checks the overlap once more, since a lease may have expired and been handed to someone else meanwhile.
+"""
+
+from datetime import timedelta
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.db.models import Count, F, IntegerField, OuterRef, Subquery, Value
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from webapp.annotation.models import Assignment, Project, Prompt
+
+_LEASE_ATTEMPTS = 20
+
+
+def _active_leases(now, *, excluding: AbstractBaseUser | None = None) -> Subquery:
+    leases = Assignment.objects.filter(prompt=OuterRef("pk"), status=Assignment.Status.LEASED, expires_at__gt=now)
+    if excluding is not None:
+        leases = leases.exclude(annotator=excluding)
+    return Subquery(leases.values("prompt").annotate(count=Count("pk")).values("count"), output_field=IntegerField())
+
+
+def _others_holding(prompt: Prompt, annotator: AbstractBaseUser, now) -> int:
+    return (
+        Assignment.objects.filter(prompt=prompt, status=Assignment.Status.LEASED, expires_at__gt=now)
+        .exclude(annotator=annotator)
+        .count()
+    )
+
+
+def assignment_lease_next(*, project: Project, annotator: AbstractBaseUser) -> Assignment | None:
+    """The annotator's current lease in `project`, else a new lease on the least-annotated open item."""
+    now = timezone.now()
+    overlap = project.annotators_per_item
+    with transaction.atomic():
+        current = (
+            Assignment.objects.filter(
+                prompt__project=project, annotator=annotator, status=Assignment.Status.LEASED, expires_at__gt=now
+            )
+            .select_related("prompt")
+            .order_by("leased_at")
+            .first()
+        )
+        if current is not None:
+            return current
+        finished = Assignment.objects.filter(annotator=annotator, prompt__project=project).exclude(
+            status=Assignment.Status.LEASED
+        )
+        refused: list[int] = []
+        for _ in range(_LEASE_ATTEMPTS):
+            prompt = (
+                Prompt.objects.filter(
+                    project=project, annotatable=True, response_count__gte=2, ranking_count__lt=overlap
+                )
+                .exclude(pk__in=finished.values("prompt_id"))
+                .exclude(pk__in=refused)
+                .annotate(load=F("ranking_count") + Coalesce(_active_leases(now, excluding=annotator), Value(0)))
+                .filter(load__lt=overlap)
+                .order_by("load", "id")
+                .select_for_update(skip_locked=True, of=("self",))
+                .first()
+            )
+            if prompt is None:
+                return None
+            # Counted again under the lock: the candidate query's snapshot may predate a lease just committed.
+            prompt.refresh_from_db(fields=["ranking_count"])
+            if prompt.ranking_count + _others_holding(prompt, annotator, now) >= overlap:
+                refused.append(prompt.pk)
+                continue
+            assignment, _ = Assignment.objects.update_or_create(
+                prompt=prompt,
+                annotator=annotator,
+                defaults={
+                    "status": Assignment.Status.LEASED,
+                    "leased_at": now,
+                    "expires_at": now + timedelta(minutes=project.lease_minutes),
+                },
+            )
+            return assignment
+    return None
+
+
+def _locked_assignment(assignment_id: int, annotator: AbstractBaseUser) -> tuple[Assignment, Prompt]:
+    try:
+        assignment = Assignment.objects.select_related("prompt__project").get(pk=assignment_id, annotator=annotator)
+    except Assignment.DoesNotExist:
+        raise ValidationError(f"assignment {assignment_id} is not yours or does not exist") from None
+    prompt = Prompt.objects.select_for_update().select_related("project").get(pk=assignment.prompt_id)
+    return assignment, prompt

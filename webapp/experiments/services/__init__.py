@@ -1,0 +1,133 @@
+"""Every write of the experiments app, by sub-domain: the model registry, runs (one write path per status change)
+and their multi-node rendezvous, what the worker's sink writes, launches from uploads and programs, external
+runs, periodic jobs. Every public name is re-exported here, so `from webapp.experiments.services import X` holds.
+
+The run's execution (loading the trainer, which imports torch) lives in workers/training.py; the worker
+calls these services for every write it makes, so the web process never imports torch.
+"""
+
+from webapp.experiments.services.external import (
+    BATCH_ID_MAX_LENGTH,
+    EXTERNAL_ROWS_MAX,
+    EXTERNAL_SAMPLES_MAX,
+    FINISHED_STATUSES,
+    METRIC_NAME_MAX_LENGTH,
+    NONFINITE_WORDS,
+    RUN_METRIC_NAMES_MAX,
+    STEP_MAX,
+    TOKENS_MAX,
+    LoggedRow,
+    RunWriteRefused,
+    external_metrics_log,
+    external_run_create,
+    external_run_finish,
+    external_run_heartbeat,
+    external_samples_log,
+)
+from webapp.experiments.services.launches import (
+    UPLOAD_LINE_MAX_BYTES,
+    run_create_from_upload,
+    run_fork,
+    run_launch,
+    upload_store,
+)
+from webapp.experiments.services.metrics import (
+    metric_rows_write,
+    run_heartbeat,
+    run_training_started,
+    samples_write,
+)
+from webapp.experiments.services.periodic import (
+    PERIODIC_CLAIM_FRACTION,
+    periodic_job_claim,
+)
+from webapp.experiments.services.registry import (
+    FIELD_ARCHITECTURES,
+    MODEL_FIELDS,
+    Architecture,
+    ResolvedModel,
+    architecture_of_directory,
+    architecture_of_run,
+    field_architectures,
+    model_checkpoint_release,
+    model_register,
+    model_register_checkpoint,
+    model_resolve,
+)
+from webapp.experiments.services.rendezvous import (
+    NODE_MESSAGE_KIND,
+    run_node_claim,
+    run_rendezvous_open,
+)
+from webapp.experiments.services.runs import (
+    RUN_MESSAGE_KIND,
+    SERVICE_FIELDS,
+    TRANSITIONS,
+    Status,
+    run_cancel,
+    run_cancel_unanswered,
+    run_create,
+    run_fail,
+    run_finish,
+    run_resume,
+    run_start,
+    runs_fail_stale,
+    runs_requeue_lost,
+)
+
+__all__ = [
+    "Architecture",
+    "FIELD_ARCHITECTURES",
+    "ResolvedModel",
+    "architecture_of_directory",
+    "architecture_of_run",
+    "field_architectures",
+    "model_checkpoint_release",
+    "model_register",
+    "model_register_checkpoint",
+    "model_resolve",
+    "MODEL_FIELDS",
+    "UPLOAD_LINE_MAX_BYTES",
+    "run_create_from_upload",
+    "run_fork",
+    "run_launch",
+    "upload_store",
+    "RUN_MESSAGE_KIND",
+    "SERVICE_FIELDS",
+    "Status",
+    "TRANSITIONS",
+    "run_cancel",
+    "run_cancel_unanswered",
+    "run_create",
+    "run_fail",
+    "run_finish",
+    "run_resume",
+    "run_start",
+    "runs_fail_stale",
+    "runs_requeue_lost",
+    "NODE_MESSAGE_KIND",
+    "run_node_claim",
+    "run_rendezvous_open",
+    "metric_rows_write",
+    "run_heartbeat",
+    "run_training_started",
+    "samples_write",
+    "BATCH_ID_MAX_LENGTH",
+    "EXTERNAL_ROWS_MAX",
+    "EXTERNAL_SAMPLES_MAX",
+    "FINISHED_STATUSES",
+    "LoggedRow",
+    "METRIC_NAME_MAX_LENGTH",
+    "NONFINITE_WORDS",
+    "RUN_METRIC_NAMES_MAX",
+    "RunWriteRefused",
+    "STEP_MAX",
+    "TOKENS_MAX",
+    "external_metrics_log",
+    "external_run_create",
+    "external_run_finish",
+    "external_run_heartbeat",
+    "external_samples_log",
+    "PERIODIC_CLAIM_FRACTION",
+    "periodic_job_claim",
+]
