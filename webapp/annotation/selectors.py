@@ -24,6 +24,7 @@ from webapp.annotation.models import (
     Response,
     SamplingJob,
 )
+from webapp.annotation.modes import annotation_mode
 from webapp.annotation.preferences import LEFT_OUT_TEXT_REGEX, ranking_pairs
 from webapp.text import BLANK_TEXT_REGEX, is_blank
 
@@ -52,7 +53,7 @@ def project_list(user: AbstractBaseUser) -> QuerySet[Project]:
 def responses_shown(*, prompt: Prompt, annotator: AbstractBaseUser) -> list[Response]:
     """The responses one annotator sees for an item, in an order of their own (stable across reloads)."""
     project = prompt.project
-    count = 2 if project.mode == Project.Mode.PAIRWISE else project.responses_per_item
+    count = annotation_mode(project.mode).responses_shown(project.responses_per_item)
     responses = list(prompt.responses.order_by("id")[:count])
     random.Random(f"{annotator.pk}:{prompt.pk}").shuffle(responses)
     return responses
