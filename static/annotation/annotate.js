@@ -1,9 +1,12 @@
-// The ranking and pairwise pages: keyboard-first ranking, drag and drop, undo, back to the previous item,
-// word diff, layout toggle.
+// The annotate page, whatever the project's mode: keys, drag and drop, undo, back to the previous item, word
+// diff, layout toggle. Each mode's own controls and keys are in its script (static/annotation/modes/<mode>.js,
+// loaded after this one), which registers itself with window.preflabAnnotation.register.
 // The item area (#annotate-item) is replaced by htmx after each submit, so state lives per item and the
 // key handler (bound once) always looks the current item up.
 (() => {
   "use strict";
+
+  const modes = {};       // name -> the mode's hooks, as its script registered them
 
   let item = null;        // the current #annotate-item element
   let startedAt = 0;      // when the item was shown, for "seconds spent"
@@ -14,13 +17,12 @@
   const $$ = (selector, root = document) => Array.from(root.querySelectorAll(selector));
   const cards = () => (item ? $$(".response", item) : []);
   const form = () => (item ? $("#item-form", item) : null);
-  const mode = () => item?.dataset.mode;
+  const mode = () => modes[item?.dataset.mode] || {};
 
   function snapshot() {
     return {
       order: cards().map((card) => card.dataset.responseId),
-      ranks: Object.fromEntries(cards().map((card) => [card.dataset.responseId, $(".rank-input", card)?.value || ""])),
-      allBad: $("#all-bad", item)?.checked || false,
+      entered: mode().snapshot?.(),
       focus: focused()?.dataset.responseId,
     };
   }
@@ -37,17 +39,12 @@
       state.order.forEach((id) => container.appendChild($(`.response[data-response-id="${id}"]`, container)));
     }
     (had || cards()[0])?.focus();
-    cards().forEach((card) => {
-      const input = $(".rank-input", card);
-      if (input) input.value = state.ranks[card.dataset.responseId];
-    });
-    const allBad = $("#all-bad", item);
-    if (allBad) allBad.checked = state.allBad;
+    mode().restore?.(state.entered);
     refresh();
   }
 
   function refresh() {
-    cards().forEach((card) => card.classList.toggle("ranked", Boolean($(".rank-input", card)?.value)));
+    mode().refresh?.();
     showError("");
   }
 
@@ -68,52 +65,7 @@
     all[next].focus();
   }
 
-  function setRank(card, rank) {
-    const input = $(".rank-input", card);
-    if (!input || rank > cards().length) return;
-    remember();
-    input.value = String(rank);
-    refresh();
-    const unranked = cards().find((other) => !$(".rank-input", other).value);
-    (unranked || card).focus();
-  }
-
-  function ranksFromOrder() {
-    cards().forEach((card, index) => {
-      const input = $(".rank-input", card);
-      if (input) input.value = String(index + 1);
-    });
-    refresh();
-  }
-
-  function moveCard(card, offset) {
-    const all = cards();
-    const index = all.indexOf(card);
-    const target = all[index + offset];
-    if (!target) return;
-    remember();
-    if (offset < 0) target.before(card);
-    else target.after(card);
-    ranksFromOrder();
-    card.focus();
-  }
-
-  // True when the ranking may be sent; otherwise says what is missing and focuses it.
-  function rankingReady() {
-    const allBad = $("#all-bad", item)?.checked;
-    const missing = cards().filter((card) => !$(".rank-input", card).value);
-    if (missing.length && !allBad) {
-      showError(`Rank every response first (${missing.map((card) => card.dataset.letter).join(", ")} not ranked), or mark all bad.`);
-      missing[0].focus();
-      return false;
-    }
-    return true;
-  }
-
-  function submitRanking() {
-    if (rankingReady()) send();
-  }
-
+  // A mode whose controls are choice buttons (data-choice) with a hidden "choice" input: a choice submits at once.
   function choose(choice) {
     const input = form()?.elements.choice;
     if (!input) return;
@@ -132,14 +84,6 @@
   function stamp(target) {
     target.dataset.sent = "1";
     target.elements.seconds.value = ((performance.now() - startedAt) / 1000).toFixed(1);
-  }
-
-  function toggleAllBad() {
-    const box = $("#all-bad", item);
-    if (!box) return;
-    remember();
-    box.checked = !box.checked;
-    refresh();
   }
 
   function toggleCollapse(card) {
@@ -237,7 +181,7 @@
         if (after) card.after(dragged);
         else card.before(dragged);
       });
-      card.addEventListener("drop", (event) => { event.preventDefault(); if (mode() === "ranking") ranksFromOrder(); });
+      card.addEventListener("drop", (event) => { event.preventDefault(); mode().dropped?.(); });
     });
   }
 
@@ -249,22 +193,11 @@
     picked = [];
     applyLayout();
     bindDragAndDrop();
-    $$(".rank-input", item).forEach((input) => {
-      input.addEventListener("focus", () => remember());
-      input.addEventListener("change", refresh);
-    });
     $$(".collapse-toggle", item).forEach((button) => button.addEventListener("click", () => toggleCollapse(button.closest(".response"))));
     $$(".diff-pick", item).forEach((button) => button.addEventListener("click", () => pickForDiff(button.closest(".response"))));
     $$(".choice", item).forEach((button) => button.addEventListener("click", () => choose(button.dataset.choice)));
     $("#undo-button", item)?.addEventListener("click", undo);
-    // A click on Submit goes through the same checks as Enter before htmx sends anything, and is let through
-    // (a second submit started from inside this submit would be ignored by the browser). Skip's own
-    // htmx:confirm bubbles up to this form too: it must pass untouched, or Skip would submit the ranks.
-    if (mode() === "ranking") form()?.addEventListener("htmx:confirm", (event) => {
-      if (event.target !== form() || form().dataset.sent) return;
-      if (rankingReady()) stamp(form());
-      else event.preventDefault();
-    });
+    mode().setUp?.();
     cards()[0]?.focus();
   }
 
@@ -282,7 +215,8 @@
 
   function onKey(event) {
     if (!item || event.ctrlKey || event.metaKey || event.altKey) return;
-    const typing = event.target.closest?.("textarea, input:not([type=checkbox]):not(.rank-input)");
+    const keyed = mode().keyedInputs; // the mode's boxes that take the page's keys (a rank box takes digits)
+    const typing = event.target.closest?.(`textarea, input:not([type=checkbox])${keyed ? `:not(${keyed})` : ""}`);
     if (typing) {
       if (event.key === "Escape") { event.target.blur(); cards()[0]?.focus(); }
       return;
@@ -296,27 +230,15 @@
     // A key pressed between a swap and htmx processing the new item would act on the old, detached one.
     if (!item.isConnected) return;
     const card = focused();
-    const ranking = mode() === "ranking";
     const handled = (() => {
-      if (ranking && /^[1-9]$/.test(key)) { setRank(card || cards()[0], Number(key)); return true; }
-      if (["ArrowDown", "ArrowRight", "j"].includes(key)) {
-        if (event.shiftKey && ranking && card) moveCard(card, 1); else focusCard(1);
-        return true;
-      }
-      if (["ArrowUp", "ArrowLeft", "k"].includes(key)) {
-        if (event.shiftKey && ranking && card) moveCard(card, -1); else focusCard(-1);
-        return true;
-      }
-      if (key === "Enter" && ranking) { submitRanking(); return true; }
-      const lower = key.toLowerCase();
-      if (!ranking && { a: 1, b: 1, t: 1, x: 1 }[lower]) {
-        choose({ a: "a", b: "b", t: "tie", x: "both_bad" }[lower]);
-        return true;
-      }
-      switch (lower) {
+      if (mode().key?.(event, card)) return true;
+      const choice = mode().choiceKeys?.[key.toLowerCase()];
+      if (choice) { choose(choice); return true; }
+      if (DOWN_KEYS.includes(key)) { focusCard(1); return true; }
+      if (UP_KEYS.includes(key)) { focusCard(-1); return true; }
+      switch (key.toLowerCase()) {
         case "s": $("#skip-button", item)?.click(); return true;
         case "u": undo(); return true;
-        case "x": toggleAllBad(); return true;
         case "backspace": $("#back-button", item)?.click(); return true;
         case "d": pickForDiff(card || cards()[0]); return true;
         case "c": toggleCollapse(card); return true;
@@ -326,6 +248,24 @@
     })();
     if (handled) event.preventDefault();
   }
+
+  const DOWN_KEYS = ["ArrowDown", "ArrowRight", "j"];
+  const UP_KEYS = ["ArrowUp", "ArrowLeft", "k"];
+
+  // What a mode's script may use: the current item and its parts, and the page's shared actions.
+  const page = {
+    $, $$, cards, form, focused, remember, refresh, showError, send, stamp, DOWN_KEYS, UP_KEYS,
+    item: () => item,
+  };
+
+  // A mode's script calls this with its name and a function of `page` giving its hooks, each optional:
+  // setUp() binds its controls on a fresh item; key(event, focusedCard) handles a key first (true: handled);
+  // snapshot() / restore(state) carry its controls' state through undo; refresh() after a change; dropped()
+  // after a response is dragged to a new place; keyedInputs, a selector of its inputs that are not for typing;
+  // choiceKeys, the keys that choose (and submit) one of its choice buttons: {key: data-choice}.
+  window.preflabAnnotation = {
+    register(name, hooks) { modes[name] = hooks(page); },
+  };
 
   function init() {
     if (localStorage.getItem("preflab-annotation-layout") === "side") document.body.classList.add("responses-side");

@@ -9,17 +9,17 @@ from django.conf import settings
 from django.db import models
 
 from trainer.config import SEED_MAX, TEMPERATURE_MAX
+from webapp.annotation.modes import DEFAULT_MODE, MODES
 from webapp.text import counted
 
 
 class Project(models.Model):
-    class Mode(models.TextChoices):
-        RANKING = "ranking", "Ranking"
-        PAIRWISE = "pairwise", "Pairwise"
+    # The choices come from the one list of annotation modes (webapp/annotation/modes), e.g. Mode.PAIRWISE.
+    Mode = models.TextChoices("Mode", [(mode.name.upper(), (mode.name, mode.label)) for mode in MODES.values()])
 
     name = models.CharField(max_length=200, unique=True)
     guidelines = models.TextField(blank=True, help_text="Markdown, shown to annotators one key away (G).")
-    mode = models.CharField(max_length=16, choices=Mode.choices, default=Mode.RANKING)
+    mode = models.CharField(max_length=16, choices=Mode.choices, default=DEFAULT_MODE)
     responses_per_item = models.PositiveSmallIntegerField(default=4)
     annotators_per_item = models.PositiveSmallIntegerField(default=1, help_text="Overlap: rankings wanted per item.")
     lease_minutes = models.PositiveSmallIntegerField(default=30)

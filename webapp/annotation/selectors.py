@@ -24,7 +24,8 @@ from webapp.annotation.models import (
     Response,
     SamplingJob,
 )
-from webapp.annotation.preferences import pairs_from_tiers, tiers_without
+from webapp.annotation.modes import annotation_mode
+from webapp.annotation.preferences import LEFT_OUT_TEXT_REGEX, ranking_pairs
 from webapp.text import BLANK_TEXT_REGEX, is_blank
 
 OPEN_ITEMS = Q(annotatable=True, response_count__gte=2)
@@ -52,7 +53,7 @@ def project_list(user: AbstractBaseUser) -> QuerySet[Project]:
 def responses_shown(*, prompt: Prompt, annotator: AbstractBaseUser) -> list[Response]:
     """The responses one annotator sees for an item, in an order of their own (stable across reloads)."""
     project = prompt.project
-    count = 2 if project.mode == Project.Mode.PAIRWISE else project.responses_per_item
+    count = annotation_mode(project.mode).responses_shown(project.responses_per_item)
     responses = list(prompt.responses.order_by("id")[:count])
     random.Random(f"{annotator.pk}:{prompt.pk}").shuffle(responses)
     return responses
@@ -198,13 +199,15 @@ def previous_answer(*, project: Project, user: AbstractBaseUser) -> Ranking | No
     )
 
 
-def blank_response_ids(*, prompt_id: int) -> set[int]:
-    """The prompt's empty (whitespace-only) responses: they are left out of its pairs."""
-    return {
-        response_id
-        for response_id, text in Response.objects.filter(prompt_id=prompt_id).values_list("id", "text")
-        if is_blank(text)
-    }
+def response_texts(*, prompt_id: int) -> dict[int, str]:
+    """The prompt's responses' texts by id: what `preferences.ranking_pairs` reads beside a ranking's tiers."""
+    return dict(Response.objects.filter(prompt_id=prompt_id).values_list("id", "text"))
+
+
+def rankings_with_pairs(*, project_id: int) -> QuerySet[Ranking]:
+    """The project's rankings that can yield pairs, oldest first: a skip ranks nothing, and an all-bad answer is one
+    tier (no pair either way; these are left out only to spare the work)."""
+    return Ranking.objects.filter(prompt__project_id=project_id, skipped=False, all_bad=False).order_by("id")
 
 
 @dataclass(frozen=True)
@@ -225,7 +228,7 @@ def project_data(project: Project) -> ProjectData:
     pairs = PreferencePair.objects.filter(project=project).aggregate(
         imported=Count("pk", filter=Q(ranking__isnull=True)), ranked=Count("pk", filter=Q(ranking__isnull=False))
     )
-    empty = Response.objects.filter(prompt__project=project, text__regex=BLANK_TEXT_REGEX).count()
+    empty = Response.objects.filter(prompt__project=project, text__regex=LEFT_OUT_TEXT_REGEX).count()
     return ProjectData(items=items["total"], awaiting_responses=items["awaiting"], imported_pairs=pairs["imported"],
                        ranking_pairs=pairs["ranked"], empty_responses=empty)
 
@@ -282,8 +285,8 @@ def _exportable_pairs(project_id: int) -> QuerySet[PreferencePair]:
     # Pairs stored before empty responses were left out of pairs may still hold one: never export them.
     return (
         PreferencePair.objects.filter(project_id=project_id)
-        .exclude(chosen__text__regex=BLANK_TEXT_REGEX)
-        .exclude(rejected__text__regex=BLANK_TEXT_REGEX)
+        .exclude(chosen__text__regex=LEFT_OUT_TEXT_REGEX)
+        .exclude(rejected__text__regex=LEFT_OUT_TEXT_REGEX)
         .order_by("id")
     )
 
@@ -293,8 +296,9 @@ def pair_rows(*, project_id: int, strategy: str = "all") -> Iterator[dict]:
     conversational (prompt = its messages, chosen/rejected = one assistant message each) when the prompt is a
     conversation, standard (text) otherwise.
 
-    "all" reads the stored pairs; the other strategies derive pairs from each ranking on the way; imported
-    pairs are part of every strategy. No pair involves an empty (whitespace-only) response.
+    "all" reads the stored pairs; the other strategies derive pairs from each ranking on the way, by the same rule
+    (`preferences.ranking_pairs`); imported pairs are part of every strategy. No pair involves an empty
+    (whitespace-only) response.
     """
     stored = _exportable_pairs(project_id)
     if strategy != "all":
@@ -307,15 +311,10 @@ def pair_rows(*, project_id: int, strategy: str = "all") -> Iterator[dict]:
                "weight": weight, "margin": margin, "ranking_id": ranking_id, "annotator": annotator}
     if strategy == "all":
         return
-    rankings = (
-        Ranking.objects.filter(prompt__project_id=project_id, skipped=False, all_bad=False)
-        .select_related("prompt", "annotator")
-        .order_by("id")
-    )
+    rankings = rankings_with_pairs(project_id=project_id).select_related("prompt", "annotator")
     for ranking in rankings.iterator(chunk_size=500):
-        texts = dict(ranking.prompt.responses.values_list("id", "text"))
-        blank = {response_id for response_id, text in texts.items() if is_blank(text)}
-        for pair in pairs_from_tiers(tiers_without(ranking.tiers, blank), strategy=strategy):
+        texts = response_texts(prompt_id=ranking.prompt_id)
+        for pair in ranking_pairs(ranking.tiers, texts, strategy=strategy):
             yield {**_trl_pair(ranking.prompt.text, ranking.prompt.messages, texts[pair.chosen], texts[pair.rejected],
                                chat_sampled=ranking.prompt_id in chat_sampled),
                    "weight": pair.weight, "margin": pair.margin, "ranking_id": ranking.pk,

@@ -21,9 +21,11 @@ from webapp.annotation import exporting, selectors, services
 from webapp.annotation.forms import ExportForm, ImportForm, ProjectForm, SamplingForm
 from webapp.annotation.importing import ImportFileError, format_from_name
 from webapp.annotation.models import Assignment, ImportJob, Project, Prompt, Ranking, SamplingJob
+from webapp.annotation.modes import annotation_mode
+from webapp.annotation.modes.base import Entered
 from webapp.annotation.rendering import render_markdown
 from webapp.queueing import QueueUnavailable
-from webapp.text import counted, is_blank, whole_number
+from webapp.text import counted, is_blank
 
 # Annotators -------------------------------------------------------------------------------------------------
 
@@ -49,35 +51,24 @@ class _ShownAnswer:
     """An answer put back into an item's controls: the one withdrawn by Back, or one the server refused."""
 
     assignment_id: int
-    ranks: dict[int, str] = field(default_factory=dict)
-    all_bad: bool = False
-    choice: str = ""
+    entered: Entered = field(default_factory=Entered)
     rationale: str = ""
     reopened: bool = False
+    skipped: bool = False
 
 
-def _answer_from_post(assignment_id: int, post: QueryDict) -> _ShownAnswer:
-    ranks = {number: value for key, value in post.items()
-             if key.startswith("rank_") and (number := whole_number(key.removeprefix("rank_"))) is not None}
-    return _ShownAnswer(assignment_id=assignment_id, ranks=ranks, all_bad=post.get("all_bad") == "on",
-                        choice=post.get("choice", ""), rationale=post.get("rationale", ""))
+def _answer_from_post(project: Project, assignment_id: int, post: QueryDict) -> _ShownAnswer:
+    return _ShownAnswer(assignment_id=assignment_id, entered=annotation_mode(project.mode).entered_from_post(post),
+                        rationale=post.get("rationale", ""))
 
 
-def _answer_from_ranking(ranking: Ranking, shown: list[int]) -> _ShownAnswer:
+def _answer_from_ranking(project: Project, ranking: Ranking, shown: list[int]) -> _ShownAnswer:
     """`shown`: the response ids in the order this annotator sees them (A first)."""
     if ranking.skipped:
-        return _ShownAnswer(assignment_id=ranking.assignment_id, reopened=True)
-    ranks = {} if ranking.all_bad else {
-        response: str(place) for place, tier in enumerate(ranking.tiers, start=1) for response in tier
-    }
-    if ranking.all_bad:
-        choice = "both_bad"
-    elif len(ranking.tiers) == 1:
-        choice = "tie"
-    else:
-        choice = "a" if ranking.tiers[0] == shown[:1] else "b"
-    return _ShownAnswer(assignment_id=ranking.assignment_id, ranks=ranks, all_bad=ranking.all_bad, choice=choice,
-                        rationale=ranking.rationale, reopened=True)
+        return _ShownAnswer(assignment_id=ranking.assignment_id, reopened=True, skipped=True)
+    entered = annotation_mode(project.mode).entered_from_ranking(ranking, shown)
+    return _ShownAnswer(assignment_id=ranking.assignment_id, entered=entered, rationale=ranking.rationale,
+                        reopened=True)
 
 
 def _item_context(
@@ -88,14 +79,14 @@ def _item_context(
         assignment = services.assignment_lease_next(project=project, annotator=request.user)
     if answer is None or assignment is None or answer.assignment_id != assignment.pk:
         answer = _ShownAnswer(assignment_id=0)
-    context: dict = {"project": project, "assignment": assignment, "error": error, "answer": answer,
-                     "rationale_max_chars": services.RATIONALE_MAX_CHARS}
+    context: dict = {"project": project, "mode": annotation_mode(project.mode), "assignment": assignment,
+                     "error": error, "answer": answer, "rationale_max_chars": services.RATIONALE_MAX_CHARS}
     if assignment is not None:
         responses = selectors.responses_shown(prompt=assignment.prompt, annotator=request.user)
         context["responses"] = [
             {"id": response.pk, "letter": chr(ord("A") + index), "html": render_markdown(response.text),
              "long": len(response.text) > 1500, "empty": is_blank(response.text),
-             "rank": answer.ranks.get(response.pk, "")}
+             "entered": answer.entered.per_response.get(response.pk, "")}
             for index, response in enumerate(responses)
         ]
         context["prompt_html"] = render_markdown(assignment.prompt.text)
@@ -135,38 +126,6 @@ def annotate(request: HttpRequest, project_id: int) -> HttpResponse:
     return _render_item(request, _project(request, project_id))
 
 
-def _tiers_from_post(post: QueryDict) -> list[list[int]]:
-    """rank_<response id> = number (1 best); equal numbers are ties. Unranked responses are left out."""
-    by_rank: dict[int, list[int]] = {}
-    for key, value in post.items():
-        if key.startswith("rank_") and value.strip():
-            try:
-                by_rank.setdefault(int(value), []).append(int(key.removeprefix("rank_")))
-            except ValueError:
-                raise ValidationError(f"{key}: {value!r} is not a rank number") from None
-    return [sorted(by_rank[rank]) for rank in sorted(by_rank)]
-
-
-def _response_id(post: QueryDict, name: str) -> int:
-    value = post.get(name, "")
-    number = whole_number(value)
-    if number is None:
-        raise ValidationError(f"{name}: a response number is expected, not {value[:40]!r}")
-    return number
-
-
-def _pairwise_tiers(post: QueryDict) -> tuple[list[list[int]], bool]:
-    first, second = _response_id(post, "response_a"), _response_id(post, "response_b")
-    if first == second:
-        raise ValidationError(f"response_b: the same response as response_a ({first}); two different ones are compared")
-    choices = {"a": [[first], [second]], "b": [[second], [first]], "tie": [[first, second]],
-               "both_bad": [[first, second]]}
-    choice = post.get("choice", "")
-    if choice not in choices:
-        raise ValidationError("choose A, B, tie or both bad")
-    return choices[choice], choice == "both_bad"
-
-
 def _seconds(post: QueryDict) -> float:
     try:
         return float(post.get("seconds", "0"))
@@ -181,7 +140,8 @@ def _answer_item(request: HttpRequest, assignment_id: int, write: Callable[[Proj
     try:
         write(project)
     except ValidationError as error:
-        return _refused(request, project, " ".join(error.messages), _answer_from_post(assignment_id, request.POST))
+        return _refused(request, project, " ".join(error.messages),
+                        _answer_from_post(project, assignment_id, request.POST))
     if not request.htmx:
         return redirect("annotation:annotate", project_id=project.pk)
     return _render_item(request, project)
@@ -191,10 +151,7 @@ def _answer_item(request: HttpRequest, assignment_id: int, write: Callable[[Proj
 @annotator_required
 def annotate_submit(request: HttpRequest, assignment_id: int) -> HttpResponse:
     def submit(project: Project) -> object:
-        if project.mode == Project.Mode.PAIRWISE:
-            tiers, all_bad = _pairwise_tiers(request.POST)
-        else:
-            tiers, all_bad = _tiers_from_post(request.POST), request.POST.get("all_bad") == "on"
+        tiers, all_bad = annotation_mode(project.mode).tiers_from_post(request.POST)
         return services.ranking_submit(
             assignment_id=assignment_id, annotator=request.user, tiers=tiers, all_bad=all_bad,
             rationale=request.POST.get("rationale", ""), seconds_spent=_seconds(request.POST),
@@ -233,7 +190,7 @@ def annotate_back(request: HttpRequest, project_id: int) -> HttpResponse:
         return _refused(request, project, " ".join(error.messages))
     assignment = Assignment.objects.select_related("prompt").get(pk=withdrawn.assignment_id)
     shown = [response.pk for response in selectors.responses_shown(prompt=assignment.prompt, annotator=request.user)]
-    return _render_item(request, project, assignment=assignment, answer=_answer_from_ranking(withdrawn, shown))
+    return _render_item(request, project, assignment=assignment, answer=_answer_from_ranking(project, withdrawn, shown))
 
 
 # Researchers ------------------------------------------------------------------------------------------------

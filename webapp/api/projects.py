@@ -17,6 +17,7 @@ from webapp.accounts import selectors as account_selectors
 from webapp.accounts import services as account_services
 from webapp.annotation import selectors, services
 from webapp.annotation.models import Project
+from webapp.annotation.modes import DEFAULT_MODE, MODES
 from webapp.api.auth import researcher_only
 from webapp.api.schemas import NON_BLANK_TEXT, BodyIn, Detail, Page, PageQuery, WholeNumber, page_of
 from webapp.text_bounds import GUIDELINES_MAX_CHARS
@@ -42,7 +43,7 @@ class ProjectIn(BodyIn):
     name: str = Field(..., min_length=1, max_length=NAME_MAX_CHARS, json_schema_extra=NON_BLANK_TEXT)
     guidelines: str = Field("", max_length=GUIDELINES_MAX_CHARS,
                             description="Markdown, shown on every annotate page.")
-    mode: Literal["ranking", "pairwise"] = "ranking"
+    mode: Literal[tuple(MODES)] = DEFAULT_MODE  # type: ignore[valid-type]
     responses_per_item: WholeNumber = Field(4, ge=2, le=SMALL_INT_MAX)
     annotators_per_item: WholeNumber = Field(1, ge=1, le=SMALL_INT_MAX)
     lease_minutes: WholeNumber = Field(30, ge=1, le=SMALL_INT_MAX)

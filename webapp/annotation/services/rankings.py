@@ -10,8 +10,8 @@ from django.db.models import F
 from django.utils import timezone
 
 from webapp.annotation.models import Assignment, PreferencePair, Project, Prompt, Ranking
-from webapp.annotation.preferences import pairs_from_tiers, tiers_without
-from webapp.annotation.selectors import blank_response_ids, responses_shown
+from webapp.annotation.preferences import ranking_pairs
+from webapp.annotation.selectors import rankings_with_pairs, response_texts, responses_shown
 from webapp.annotation.services.queue import _locked_assignment, _others_holding
 from webapp.text import counted
 from webapp.text_bounds import RATIONALE_MAX_CHARS
@@ -131,14 +131,14 @@ def ranking_withdraw(*, ranking_id: int, annotator: AbstractBaseUser) -> Ranking
 
 
 def _store_pairs(ranking: Ranking, project: Project) -> None:
-    """The ranking's pairs, leaving out every empty response (a model can sample one): it carries no preference."""
-    blank = blank_response_ids(prompt_id=ranking.prompt_id)
+    """The ranking's pairs under the "all" strategy, as `preferences.ranking_pairs` decides them."""
+    texts = response_texts(prompt_id=ranking.prompt_id)
     PreferencePair.objects.bulk_create(
         PreferencePair(
             project=project, prompt_id=ranking.prompt_id, ranking=ranking, chosen_id=pair.chosen,
             rejected_id=pair.rejected, weight=pair.weight, margin=pair.margin,
         )
-        for pair in pairs_from_tiers(tiers_without(ranking.tiers, blank))
+        for pair in ranking_pairs(ranking.tiers, texts)
     )
 
 
@@ -146,6 +146,6 @@ def _store_pairs(ranking: Ranking, project: Project) -> None:
 def preference_pairs_rebuild(*, project: Project) -> int:
     """Derive the pairs of every ranking again (imported pairs are kept); returns how many pairs exist."""
     PreferencePair.objects.filter(project=project, ranking__isnull=False).delete()
-    for ranking in Ranking.objects.filter(prompt__project=project, skipped=False, all_bad=False).iterator():
+    for ranking in rankings_with_pairs(project_id=project.pk).iterator():
         _store_pairs(ranking, project)
     return PreferencePair.objects.filter(project=project).count()

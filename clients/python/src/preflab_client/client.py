@@ -144,8 +144,8 @@ class Client:
         return self.pages("projects")
 
     def create_project(self, name: str, **fields: Any) -> dict:
-        """fields: guidelines, mode ("ranking" | "pairwise"), responses_per_item, annotators_per_item,
-        lease_minutes."""
+        """fields: guidelines, mode (one of the server's annotation modes: ProjectIn.mode in its OpenAPI schema),
+        responses_per_item, annotators_per_item, lease_minutes."""
         return self.post("projects", {"name": name, **fields})
 
     def project(self, project_id: int) -> dict:
