@@ -38,7 +38,7 @@ IMPORTED_PROMPTS = ("What is 3 + 4?", "What is 12 - 5?", "What is 6 * 7?")
 WALK_PROJECT = "Walk: imported and sampled"
 PAIRWISE_PROJECT = "Demo: arithmetic pairwise"
 RANKING_PROJECT = "Demo: arithmetic ranking"
-JOB_TIMEOUT_S = 900
+JOB_TIMEOUT_S = 2400  # a busy 2-core machine samples SmolLM2 for the demo in 15 minutes or more
 
 
 def parse_args() -> argparse.Namespace:
@@ -69,7 +69,11 @@ def fresh_database(database: str) -> None:
 
 
 def drop_database(database: str) -> None:
-    subprocess.run(["dropdb", "--if-exists", "-h", "127.0.0.1", "-U", "postgres", database], check=False)
+    for _ in range(10):  # the stopped server's connections take a moment to close
+        dropped = subprocess.run(["dropdb", "--if-exists", "--force", "-h", "127.0.0.1", "-U", "postgres", database], check=False)
+        if dropped.returncode == 0:
+            return
+        time.sleep(2)
 
 
 def prepare(env: dict[str, str], log: Path) -> None:
@@ -230,7 +234,8 @@ def sample_responses(page: Page) -> None:
 
 def launch_dpo(page: Page) -> None:
     page.goto(f"{BASE}/runs/new?kind=dpo")
-    page.select_option("[name=model]", label="tiny arithmetic (demo) (causal LM)")
+    model = page.locator("[name=model] option", has_text="tiny arithmetic (demo)").first.get_attribute("value")
+    page.select_option("[name=model]", model)
     page.select_option("[name=data_source]", "project_pairs")
     option = page.locator("[name=project] option", has_text=PAIRWISE_PROJECT).first.get_attribute("value")
     page.select_option("[name=project]", option)
