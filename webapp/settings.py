@@ -202,7 +202,6 @@ if not CELERY_BROKER_URL.startswith(("filesystem://", "redis://", "rediss://", "
         f"CELERY_BROKER_URL={CELERY_BROKER_URL!r}: unsupported; use filesystem:// (embedded), redis://HOST:6379/0 or amqp://."
     )
 CELERY_RESULT_BACKEND = env_str("CELERY_RESULT_BACKEND", _DEFAULT_RESULT_BACKEND) or None
-CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 
 CACHES = {"default": cache_from_url("CACHE_URL", env_str("CACHE_URL", ""))}
 
