@@ -15,7 +15,7 @@ resolver = get_resolver()
 resolver.url_patterns  # imports every urls module and, through them, every view module
 for module in pkgutil.walk_packages(["webapp"], prefix="webapp."):
     importlib.import_module(module.name)
-import workers.tasks  # the web side queues tasks
+import workers.tasks  # the default-queue worker loads its tasks without torch too
 heavy = sorted(name for name in ("torch", "transformers", "tokenizers", "peft") if name in sys.modules)
 print("HEAVY:" + ",".join(heavy))
 """
