@@ -4,14 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from django.http import QueryDict
 
-if TYPE_CHECKING:
-    from webapp.annotation.models import Ranking
-
 Tiers = list[list[int]]
+
+
+class StoredAnswer(Protocol):
+    """What a mode reads of a stored answer (a Ranking) to put it back into its controls."""
+
+    tiers: Tiers
+    all_bad: bool
 
 
 @dataclass(frozen=True)
@@ -34,7 +38,7 @@ class AnnotationMode:
     # what the annotator entered, put back into the controls when the server refuses the answer
     entered_from_post: Callable[[QueryDict], Entered]
     # a stored answer (not a skip) put back into the controls, given the responses in the order shown (A first)
-    entered_from_ranking: Callable[[Ranking, list[int]], Entered]
+    entered_from_ranking: Callable[[StoredAnswer, list[int]], Entered]
 
     @property
     def template(self) -> str:

@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from django.core.exceptions import ValidationError
 from django.http import QueryDict
 
-from webapp.annotation.modes.base import AnnotationMode, Entered, Tiers
+from webapp.annotation.modes.base import AnnotationMode, Entered, StoredAnswer, Tiers
 from webapp.text import whole_number
-
-if TYPE_CHECKING:
-    from webapp.annotation.models import Ranking
 
 
 def _response_id(post: QueryDict, name: str) -> int:
@@ -38,7 +33,7 @@ def entered_from_post(post: QueryDict) -> Entered:
     return Entered(fields={"choice": post.get("choice", "")})
 
 
-def entered_from_ranking(ranking: Ranking, shown: list[int]) -> Entered:
+def entered_from_ranking(ranking: StoredAnswer, shown: list[int]) -> Entered:
     if ranking.all_bad:
         choice = "both_bad"
     elif len(ranking.tiers) == 1:

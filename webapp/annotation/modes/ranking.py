@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from django.core.exceptions import ValidationError
 from django.http import QueryDict
 
-from webapp.annotation.modes.base import AnnotationMode, Entered, Tiers
+from webapp.annotation.modes.base import AnnotationMode, Entered, StoredAnswer, Tiers
 from webapp.text import whole_number
-
-if TYPE_CHECKING:
-    from webapp.annotation.models import Ranking
 
 
 def tiers_from_post(post: QueryDict) -> tuple[Tiers, bool]:
@@ -32,7 +27,7 @@ def entered_from_post(post: QueryDict) -> Entered:
     return Entered(per_response=ranks, fields={"all_bad": post.get("all_bad") == "on"})
 
 
-def entered_from_ranking(ranking: Ranking, shown: list[int]) -> Entered:
+def entered_from_ranking(ranking: StoredAnswer, shown: list[int]) -> Entered:
     if ranking.all_bad:
         return Entered(fields={"all_bad": True})
     ranks = {response: str(place) for place, tier in enumerate(ranking.tiers, start=1) for response in tier}
