@@ -1,7 +1,7 @@
 """The one list of run kinds: what each trains on, which config it takes, where its loop lives.
 
-Adding a kind: its config class (trainer/config.py), its module with `train(config, data, sink, *,
-eval_data=None)`, one entry in KINDS below, and the migration `manage.py makemigrations
+Adding a kind: its config class (trainer/config.py), its module in trainer/algorithms/ with `train(config, data,
+sink, *, eval_data=None)`, one entry in KINDS below, and the migration `manage.py makemigrations
 experiments` then writes for the web's Run.kind choices, which are built from KINDS.
 
 No torch at import: the web process reads this list to build its forms; the train function is imported
