@@ -14,19 +14,9 @@ from django.db import connection, transaction
 from django.db.models import F, Max, Q
 from django.utils import timezone
 
+from webapp import job_lifecycle as lifecycle
 from webapp.annotation.importing import IdRepeatedInFile, ImportFileError, ImportRecord, repeated_id
 from webapp.annotation.models import ImportJob, PreferencePair, Project, Prompt, Response
-from webapp.job_lifecycle import (
-    JobKind,
-    job_claim,
-    job_end,
-    job_fail,
-    job_heartbeat,
-    job_progress,
-    jobs_fail_stale,
-    jobs_requeue_lost,
-    last_heartbeat,
-)
 from webapp.queueing import publish_on_commit
 from webapp.text import counted, storable_text
 from webapp.uploads import upload_keep
@@ -187,18 +177,19 @@ def _import_task():
 
 
 def import_job_heartbeat(*, job_id: int) -> None:
-    job_heartbeat(IMPORT_JOB, job_id)
+    lifecycle.job_heartbeat(IMPORT_JOB, job_id)
 
 
 def import_jobs_fail_stale(*, now: datetime | None = None) -> list[int]:
     """Fail every running import whose worker stopped sending heartbeats: nothing of it was written (an import is
     one transaction), and its kept file goes."""
-    return jobs_fail_stale(IMPORT_JOB, now=now)
+    return lifecycle.jobs_fail_stale(IMPORT_JOB, now=now)
 
 
 def _stale_reason(job: ImportJob) -> str:
-    return (f"the worker stopped sending heartbeats (last at {last_heartbeat(job)}); nothing was imported (an import "
-            f"is all or nothing): upload {job.file_name} again")
+    last = lifecycle.last_heartbeat(job)
+    return (f"the worker stopped sending heartbeats (last at {last}); nothing was imported (an import is all or "
+            f"nothing): upload {job.file_name} again")
 
 
 def _stale_exempt(now: datetime) -> Q | None:
@@ -211,32 +202,33 @@ def _stale_exempt(now: datetime) -> Q | None:
 
 def import_jobs_requeue_lost(*, message_ids: set[str], now: datetime | None = None) -> list[int]:
     """Publish again every import queued too long whose message is gone (webapp.queueing.requeue_lost)."""
-    return jobs_requeue_lost(IMPORT_JOB, _import_task(), message_ids=message_ids, now=now)
+    return lifecycle.jobs_requeue_lost(IMPORT_JOB, _import_task(), message_ids=message_ids, now=now)
 
 
 def import_job_start(*, job_id: int) -> bool:
     """Claim a queued import job for this worker; False, and nothing written, if it is not queued any more."""
-    return job_claim(IMPORT_JOB, job_id)
+    return lifecycle.job_claim(IMPORT_JOB, job_id)
 
 
 def import_job_progress(*, job_id: int, bytes_done: int, rows_checked: int) -> None:
-    job_progress(IMPORT_JOB, job_id, bytes_done=bytes_done, rows_checked=rows_checked)
+    lifecycle.job_progress(IMPORT_JOB, job_id, bytes_done=bytes_done, rows_checked=rows_checked)
 
 
 def import_job_writing(*, job_id: int, rows_checked: int) -> None:
-    job_progress(IMPORT_JOB, job_id, stage=ImportJob.Stage.WRITING, rows_checked=rows_checked,
+    lifecycle.job_progress(IMPORT_JOB, job_id, stage=ImportJob.Stage.WRITING, rows_checked=rows_checked,
                  bytes_done=F("bytes_total"))
 
 
 def import_job_succeed(*, job_id: int, summary: ImportSummary) -> None:
-    job_end(IMPORT_JOB, job_id, ImportStatus.SUCCEEDED, only_from=IMPORT_JOB.active, created_count=summary.created,
-            already_present=summary.already_present, responses_count=summary.responses, pairs_count=summary.pairs)
+    lifecycle.job_end(IMPORT_JOB, job_id, ImportStatus.SUCCEEDED, only_from=IMPORT_JOB.active,
+                      created_count=summary.created, already_present=summary.already_present,
+                      responses_count=summary.responses, pairs_count=summary.pairs)
 
 
 def import_job_fail(*, job_id: int, error: ImportFileError | str) -> bool:
     """Fail the job with a refusal of the file (naming its line and field) or another reason."""
     where = {"error_line": error.line, "error_field": error.field[:200]} if isinstance(error, ImportFileError) else {}
-    return job_fail(IMPORT_JOB, job_id, str(error), **where)
+    return lifecycle.job_fail(IMPORT_JOB, job_id, str(error), **where)
 
 
 def _upload_remove(job_id: int) -> None:
@@ -246,7 +238,7 @@ def _upload_remove(job_id: int) -> None:
         Path(path).unlink(missing_ok=True)
 
 
-IMPORT_JOB = JobKind(
+IMPORT_JOB = lifecycle.JobKind(
     model=ImportJob, noun="import job", message_kind=IMPORT_MESSAGE_KIND,
     failed_fields=lambda reason: {"error": storable_text(reason)[:IMPORT_ERROR_MAX_CHARS]},
     stale_reason=_stale_reason, stale_exempt=_stale_exempt,

@@ -10,6 +10,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from webapp import job_lifecycle as lifecycle
 from webapp.annotation.models import (
     GENERATION_SETTING_BOUNDS,
     OPTIONAL_SETTINGS,
@@ -19,20 +20,6 @@ from webapp.annotation.models import (
 )
 from webapp.experiments.models import ModelRef
 from webapp.experiments.services import model_resolve
-from webapp.job_lifecycle import (
-    JobKind,
-    job_cancel,
-    job_claim,
-    job_fail,
-    job_heartbeat,
-    job_progress,
-    job_should_stop,
-    job_stopped,
-    job_succeed,
-    jobs_fail_stale,
-    jobs_requeue_lost,
-    last_heartbeat,
-)
 from webapp.queueing import publish_before_commit, publish_on_commit
 from webapp.text import storable_text
 
@@ -94,39 +81,39 @@ def _sampling_job_publish(job_id: int, *, on_failure: Callable[[str], None]) -> 
 def sampling_job_start(*, job_id: int) -> bool:
     """Claim a queued sampling job for this worker; False, and nothing written, if it is not queued any more (a
     canceled job, or a second message for it)."""
-    return job_claim(SAMPLING_JOB, job_id)
+    return lifecycle.job_claim(SAMPLING_JOB, job_id)
 
 
 def sampling_job_progress(*, job_id: int, done: int, total: int | None = None) -> None:
     fields = {"progress_done": done} if total is None else {"progress_done": done, "progress_total": total}
-    job_progress(SAMPLING_JOB, job_id, **fields)
+    lifecycle.job_progress(SAMPLING_JOB, job_id, **fields)
 
 
 def sampling_job_heartbeat(*, job_id: int) -> None:
-    job_heartbeat(SAMPLING_JOB, job_id)
+    lifecycle.job_heartbeat(SAMPLING_JOB, job_id)
 
 
 def sampling_job_should_stop(*, job_id: int) -> bool:
     """Between batches: stop if a cancel was asked, or if the job is no longer running (the stale check failed it)."""
-    return job_should_stop(SAMPLING_JOB, job_id)
+    return lifecycle.job_should_stop(SAMPLING_JOB, job_id)
 
 
 def sampling_job_fail(*, job_id: int, error: str) -> bool:
-    return job_fail(SAMPLING_JOB, job_id, error)
+    return lifecycle.job_fail(SAMPLING_JOB, job_id, error)
 
 
 def sampling_job_succeed(*, job_id: int) -> bool:
-    return job_succeed(SAMPLING_JOB, job_id)
+    return lifecycle.job_succeed(SAMPLING_JOB, job_id)
 
 
 def sampling_job_stopped(*, job_id: int) -> None:
     """The worker stopped between batches on a cancel: what it wrote stays."""
-    job_stopped(SAMPLING_JOB, job_id)
+    lifecycle.job_stopped(SAMPLING_JOB, job_id)
 
 
 def sampling_job_cancel(*, job_id: int) -> None:
     """A queued job is canceled at once; a running one stops after its current batch."""
-    job_cancel(SAMPLING_JOB, job_id)
+    lifecycle.job_cancel(SAMPLING_JOB, job_id)
 
 
 def sampling_job_resume(*, job_id: int) -> None:
@@ -148,11 +135,12 @@ def sampling_job_resume(*, job_id: int) -> None:
 def sampling_jobs_fail_stale(*, now: datetime | None = None) -> list[int]:
     """Fail every running sampling job whose worker stopped sending heartbeats (killed or lost), saying how far it
     got; the responses it stored stay, and resuming fills the rest."""
-    return jobs_fail_stale(SAMPLING_JOB, now=now)
+    return lifecycle.jobs_fail_stale(SAMPLING_JOB, now=now)
 
 
 def _stale_reason(job: SamplingJob) -> str:
-    return (f"the worker stopped sending heartbeats (last at {last_heartbeat(job)}) after {job.progress_done} of "
+    last = lifecycle.last_heartbeat(job)
+    return (f"the worker stopped sending heartbeats (last at {last}) after {job.progress_done} of "
             f"{job.progress_total} prompts; resume the job to fill the rest")
 
 
@@ -160,10 +148,10 @@ def sampling_jobs_requeue_lost(*, message_ids: set[str], now: datetime | None = 
     """Publish again every sampling job queued too long whose message is gone (webapp.queueing.requeue_lost)."""
     from workers.tasks import sample_responses as sample_responses_task
 
-    return jobs_requeue_lost(SAMPLING_JOB, sample_responses_task, message_ids=message_ids, now=now)
+    return lifecycle.jobs_requeue_lost(SAMPLING_JOB, sample_responses_task, message_ids=message_ids, now=now)
 
 
-SAMPLING_JOB = JobKind(
+SAMPLING_JOB = lifecycle.JobKind(
     model=SamplingJob, noun="sampling job", message_kind=SAMPLING_MESSAGE_KIND,
     failed_fields=lambda reason: {"error": storable_text(reason)}, stale_reason=_stale_reason,
 )

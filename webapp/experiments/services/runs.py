@@ -19,23 +19,11 @@ from django.utils import timezone
 
 from trainer.config import ConfigError, check_data_size, config_from_dict, config_to_dict
 from trainer.kinds import KINDS, run_kind
+from webapp import job_lifecycle as lifecycle
 from webapp.experiments import selectors
 from webapp.experiments.data_sources import data_source_check, data_source_rows
 from webapp.experiments.models import EXTERNAL_KIND, MODEL_FIELDS, MetricRow, ModelRef, Run, Sample
 from webapp.experiments.services.registry import _resolved_model_fields, model_resolve
-from webapp.job_lifecycle import (
-    JobKind,
-    job_cancel,
-    job_claim,
-    job_fail,
-    job_heartbeat,
-    job_should_stop,
-    job_stopped,
-    job_succeed,
-    jobs_fail_stale,
-    jobs_requeue_lost,
-    last_heartbeat,
-)
 from webapp.queueing import publish_before_commit, publish_on_commit
 from webapp.text import storable_text
 
@@ -115,7 +103,7 @@ def runs_requeue_lost(*, message_ids: set[str], now: datetime | None = None) -> 
     """Publish again every run queued too long whose message is gone (webapp.queueing.requeue_lost)."""
     from workers.tasks import run_training as run_training_task
 
-    return jobs_requeue_lost(RUN_JOB, run_training_task, message_ids=message_ids, now=now)
+    return lifecycle.jobs_requeue_lost(RUN_JOB, run_training_task, message_ids=message_ids, now=now)
 
 
 @transaction.atomic
@@ -182,7 +170,7 @@ def _transition(run_id: int, target: str, *, only_from: str | None = None, **fie
 
 def run_cancel(*, run_id: int) -> None:
     """A queued run is canceled at once; a running one stops at its next step (the sink's should_stop)."""
-    job_cancel(RUN_JOB, run_id)
+    lifecycle.job_cancel(RUN_JOB, run_id)
 
 
 def run_cancel_unanswered(*, run_id: int, reason: str) -> bool:
@@ -201,20 +189,20 @@ def run_fail(*, run_id: int, error: str, alert: str | None = None) -> bool:
         alerts = list(run.alerts)
         if alert and not any(item["kind"] == alert for item in alerts):
             alerts.append({"kind": alert, "step": run.current_step, "message": error.splitlines()[0]})
-        return job_fail(RUN_JOB, run_id, error, alerts=alerts)
+        return lifecycle.job_fail(RUN_JOB, run_id, error, alerts=alerts)
 
 
 def runs_fail_stale(*, now: datetime | None = None) -> list[int]:
     """Fail every running run whose worker (or, for an external run, whose client) stopped sending heartbeats:
     it was killed or lost."""
-    return jobs_fail_stale(RUN_JOB, now=now,
+    return lifecycle.jobs_fail_stale(RUN_JOB, now=now,
                            fail=lambda run_id, reason: run_fail(run_id=run_id, error=reason, alert="stale_heartbeat"))
 
 
 def _stale_reason(run: Run) -> str:
     # an external run has no worker: its own program logs and beats through the API
     sender = "the client" if run.kind == EXTERNAL_KIND else "worker"
-    return f"{sender} stopped sending heartbeats; last at {last_heartbeat(run)}"
+    return f"{sender} stopped sending heartbeats; last at {lifecycle.last_heartbeat(run)}"
 
 
 @transaction.atomic
@@ -281,25 +269,25 @@ def _remove_run_directories(directories: list[Path]) -> None:
 def run_start(*, run_id: int) -> Run | None:
     """Claim a queued run for this worker (queued -> running); None, and nothing written, if it is not queued
     (e.g. a redelivered task after its worker was killed)."""
-    return Run.objects.get(pk=run_id) if job_claim(RUN_JOB, run_id) else None
+    return Run.objects.get(pk=run_id) if lifecycle.job_claim(RUN_JOB, run_id) else None
 
 
 def run_finish(*, run_id: int, stopped: bool) -> bool:
     """The loop returned: canceled if it stopped on request, else succeeded (refused if the run failed meanwhile)."""
-    return job_stopped(RUN_JOB, run_id) if stopped else job_succeed(RUN_JOB, run_id)
+    return lifecycle.job_stopped(RUN_JOB, run_id) if stopped else lifecycle.job_succeed(RUN_JOB, run_id)
 
 
 def run_heartbeat(*, run_id: int) -> bool:
     """The run's worker or client is alive; False (and nothing written) if the run is not running."""
-    return job_heartbeat(RUN_JOB, run_id)
+    return lifecycle.job_heartbeat(RUN_JOB, run_id)
 
 
 def run_should_stop(*, run_id: int) -> bool:
     """Between steps: stop if a cancel was asked, or if the run is no longer running (the stale check failed it, say)."""
-    return job_should_stop(RUN_JOB, run_id)
+    return lifecycle.job_should_stop(RUN_JOB, run_id)
 
 
-RUN_JOB = JobKind(
+RUN_JOB = lifecycle.JobKind(
     model=Run, noun="run", message_kind=RUN_MESSAGE_KIND,
     failed_fields=lambda reason: {"error": storable_text(reason)},
     stale_reason=_stale_reason,
