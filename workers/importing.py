@@ -10,7 +10,6 @@ the first pass, before any lock is taken.
 
 from __future__ import annotations
 
-import logging
 import time
 from pathlib import Path
 from typing import BinaryIO
@@ -26,32 +25,15 @@ from webapp.annotation.importing import (
     naming_first_line,
 )
 from webapp.annotation.models import ImportJob
-from workers.heartbeat import Heartbeat
-
-logger = logging.getLogger(__name__)
+from workers.jobs import JobWork, error_text, job_run
 
 PROGRESS_EVERY_S = 0.5
-# the write pass is one transaction that shows no progress: the heartbeat says the worker is alive meanwhile
-HEARTBEAT_EVERY_S = 1.0
 
 
 def import_job_execute(*, job_id: int) -> None:
     """Run a queued import job; a job that is not queued any more is left alone. The kept upload is removed
     however the job ends."""
-    if not services.import_job_start(job_id=job_id):
-        return
-    job = ImportJob.objects.select_related("project").get(pk=job_id)
-    try:
-        with Heartbeat(lambda: services.import_job_heartbeat(job_id=job_id), every_s=HEARTBEAT_EVERY_S,
-                       name=f"import-{job_id}-heartbeat"):
-            summary = _check_then_write(job)
-    except ImportFileError as error:
-        services.import_job_fail(job_id=job_id, error=error)
-    except Exception as error:
-        logger.exception("import job %s failed", job_id)
-        services.import_job_fail(job_id=job_id, error=f"{type(error).__name__}: {error}")
-    else:
-        services.import_job_succeed(job_id=job_id, summary=summary)
+    job_run(IMPORT_WORK, job_id)
 
 
 def _check_then_write(job: ImportJob) -> services.ImportSummary:
@@ -88,3 +70,18 @@ def _forget_queries(_rows: int) -> None:
     # With DEBUG on (make run, the test workers) Django keeps the SQL of the last 9,000 queries, and a batch's
     # INSERT holds its rows' text: a large import would keep most of the file in memory again.
     reset_queries()
+
+
+def _fail(job_id: int, error: Exception) -> None:
+    services.import_job_fail(job_id=job_id, error=error if isinstance(error, ImportFileError) else error_text(error))
+
+
+IMPORT_WORK = JobWork(
+    noun="import job", name="import",
+    claim=lambda job_id: services.import_job_start(job_id=job_id),
+    heartbeat=lambda job_id: services.import_job_heartbeat(job_id=job_id),
+    load=lambda job_id: ImportJob.objects.select_related("project").get(pk=job_id),
+    body=_check_then_write,
+    succeed=lambda job_id, summary: services.import_job_succeed(job_id=job_id, summary=summary),
+    fail=_fail, verdicts=(ImportFileError,),
+)

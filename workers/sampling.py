@@ -9,8 +9,6 @@ at any of the model's end tokens, and a stored response holds no special token.
 
 from __future__ import annotations
 
-import logging
-
 import torch
 
 from trainer.decoding.generation import GroupSamples, HFGenerationBackend, SamplingParams
@@ -18,28 +16,16 @@ from trainer.formats.chat import ChatFormatError, TextOrConversation, has_chat_t
 from trainer.modeling.models import load_reference, load_tokenizer
 from webapp.annotation import selectors, services
 from webapp.annotation.models import OPTIONAL_SETTINGS, Prompt, Response, SamplingJob
-from workers.heartbeat import Heartbeat
-
-logger = logging.getLogger(__name__)
-
-
-HEARTBEAT_EVERY_S = 1.0
+from workers.jobs import JobWork, error_text, job_run
 
 
 def sampling_job_execute(*, job_id: int) -> None:
     """Run a queued sampling job; a job that is not queued any more (canceled, or a second message for it) is left
     alone. A cancel stops it between batches, keeping what it stored."""
-    if not services.sampling_job_start(job_id=job_id):
-        return
-    job = SamplingJob.objects.select_related("project").get(pk=job_id)
-    try:
-        with Heartbeat(lambda: services.sampling_job_heartbeat(job_id=job_id), every_s=HEARTBEAT_EVERY_S,
-                       name=f"sampling-{job_id}-heartbeat"):
-            finished = _sample_into_project(job)
-    except Exception as error:
-        logger.exception("sampling job %s failed", job_id)
-        services.sampling_job_fail(job_id=job_id, error=f"{type(error).__name__}: {error}")
-        return
+    job_run(SAMPLING_WORK, job_id)
+
+
+def _end(job_id: int, finished: bool) -> None:
     if finished:
         services.sampling_job_succeed(job_id=job_id)
     else:
@@ -110,3 +96,13 @@ def _response_texts(samples: GroupSamples, tokenizer, *, end_ids: list[int]) -> 
         kept = [token for token, real in zip(ids, mask, strict=True) if real and token not in ended]
         texts.append(tokenizer.decode(kept, skip_special_tokens=True))
     return texts
+
+
+SAMPLING_WORK = JobWork(
+    noun="sampling job", name="sampling",
+    claim=lambda job_id: services.sampling_job_start(job_id=job_id),
+    heartbeat=lambda job_id: services.sampling_job_heartbeat(job_id=job_id),
+    load=lambda job_id: SamplingJob.objects.select_related("project").get(pk=job_id),
+    body=_sample_into_project, succeed=_end,
+    fail=lambda job_id, error: services.sampling_job_fail(job_id=job_id, error=error_text(error)),
+)

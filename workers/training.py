@@ -159,8 +159,7 @@ class DatabaseSink:
 
     def should_stop(self) -> bool:
         # The run may also have been failed by the stale check (a step slower than the timeout): stop then too.
-        status, cancel = Run.objects.filter(pk=self.run_id).values_list("status", "cancel_requested").get()
-        return cancel or status != Run.Status.RUNNING
+        return services.run_should_stop(run_id=self.run_id)
 
     def checkpoint(self, step: int, path: str) -> None:
         self.flush()

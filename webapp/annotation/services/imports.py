@@ -1,7 +1,6 @@
 """Imports of prompts (with their responses or preference pairs), the import jobs that run them, and responses
 added from outside."""
 
-import logging
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -12,18 +11,16 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.files.uploadedfile import UploadedFile
 from django.db import connection, transaction
-from django.db.models import F, Max
+from django.db.models import F, Max, Q
 from django.utils import timezone
 
+from webapp import job_lifecycle as lifecycle
 from webapp.annotation.importing import IdRepeatedInFile, ImportFileError, ImportRecord, repeated_id
 from webapp.annotation.models import ImportJob, PreferencePair, Project, Prompt, Response
 from webapp.celery_app import IMPORT_PROMPTS
-from webapp.queueing import publish_on_commit, requeue_lost
+from webapp.queueing import publish_on_commit
 from webapp.text import counted, storable_text
 from webapp.uploads import upload_keep
-
-logger = logging.getLogger(__name__)
-
 
 IMPORT_CHUNK = 500
 # A batch also ends at this much text, so that a file of very long rows holds few of them in memory at once.
@@ -175,76 +172,73 @@ SQLITE_WRITE_STAGE_TIMEOUT = timedelta(minutes=30)
 
 
 def import_job_heartbeat(*, job_id: int) -> None:
-    ImportJob.objects.filter(pk=job_id, status=ImportStatus.RUNNING).update(heartbeat_at=timezone.now())
+    lifecycle.job_heartbeat(IMPORT_JOB, job_id)
 
 
 def import_jobs_fail_stale(*, now: datetime | None = None) -> list[int]:
     """Fail every running import whose worker stopped sending heartbeats: nothing of it was written (an import is
     one transaction), and its kept file goes."""
-    now = now or timezone.now()
-    limit = now - timedelta(seconds=settings.PREFLAB_HEARTBEAT_TIMEOUT_S)
-    stale = ImportJob.objects.filter(status=ImportStatus.RUNNING, heartbeat_at__lt=limit)
-    if connection.vendor == "sqlite":
-        # SQLite has one writer: while the import's transaction writes, its heartbeat cannot, so the write stage
-        # gets a longer bound there (on Postgres the heartbeat goes on beside the transaction)
-        stale = stale.exclude(stage=ImportJob.Stage.WRITING, heartbeat_at__gte=now - SQLITE_WRITE_STAGE_TIMEOUT)
-    failed = []
-    for job in stale:
-        last = job.heartbeat_at.isoformat(timespec="seconds")
-        import_job_fail(job_id=job.pk, error=f"the worker stopped sending heartbeats (last at {last}); nothing was "
-                                             f"imported (an import is all or nothing): upload {job.file_name} again")
-        failed.append(job.pk)
-    return failed
+    return lifecycle.jobs_fail_stale(IMPORT_JOB, now=now)
+
+
+def _stale_reason(job: ImportJob) -> str:
+    last = lifecycle.last_heartbeat(job)
+    return (f"the worker stopped sending heartbeats (last at {last}); nothing was imported (an import is all or "
+            f"nothing): upload {job.file_name} again")
+
+
+def _stale_exempt(now: datetime) -> Q | None:
+    if connection.vendor != "sqlite":
+        return None
+    # SQLite has one writer: while the import's transaction writes, its heartbeat cannot, so the write stage
+    # gets a longer bound there (on Postgres the heartbeat goes on beside the transaction)
+    return Q(stage=ImportJob.Stage.WRITING, heartbeat_at__gte=now - SQLITE_WRITE_STAGE_TIMEOUT)
 
 
 def import_jobs_requeue_lost(*, message_ids: set[str], now: datetime | None = None) -> list[int]:
     """Publish again every import queued too long whose message is gone (webapp.queueing.requeue_lost)."""
-    return requeue_lost(IMPORT_PROMPTS, kind=IMPORT_MESSAGE_KIND, message_ids=message_ids, now=now,
-                        queued=ImportJob.objects.filter(status=ImportStatus.QUEUED))
+    return lifecycle.jobs_requeue_lost(IMPORT_JOB, message_ids=message_ids, now=now)
 
 
 def import_job_start(*, job_id: int) -> bool:
     """Claim a queued import job for this worker; False, and nothing written, if it is not queued any more."""
-    now = timezone.now()
-    claimed = ImportJob.objects.filter(pk=job_id, status=ImportStatus.QUEUED).update(
-        status=ImportStatus.RUNNING, stage=ImportJob.Stage.CHECKING, started_at=now, heartbeat_at=now
-    )
-    if not claimed:
-        logger.info("import job %s is not queued any more; nothing to do", job_id)
-    return bool(claimed)
+    return lifecycle.job_claim(IMPORT_JOB, job_id)
 
 
 def import_job_progress(*, job_id: int, bytes_done: int, rows_checked: int) -> None:
-    ImportJob.objects.filter(pk=job_id).update(bytes_done=bytes_done, rows_checked=rows_checked)
+    lifecycle.job_progress(IMPORT_JOB, job_id, bytes_done=bytes_done, rows_checked=rows_checked)
 
 
 def import_job_writing(*, job_id: int, rows_checked: int) -> None:
-    ImportJob.objects.filter(pk=job_id).update(
-        stage=ImportJob.Stage.WRITING, rows_checked=rows_checked, bytes_done=F("bytes_total")
-    )
+    lifecycle.job_progress(IMPORT_JOB, job_id, stage=ImportJob.Stage.WRITING, rows_checked=rows_checked,
+                 bytes_done=F("bytes_total"))
 
 
 def import_job_succeed(*, job_id: int, summary: ImportSummary) -> None:
-    _import_job_end(job_id, status=ImportStatus.SUCCEEDED, created_count=summary.created,
-                    already_present=summary.already_present, responses_count=summary.responses,
-                    pairs_count=summary.pairs)
+    lifecycle.job_end(IMPORT_JOB, job_id, ImportStatus.SUCCEEDED, only_from=IMPORT_JOB.active,
+                      created_count=summary.created, already_present=summary.already_present,
+                      responses_count=summary.responses, pairs_count=summary.pairs)
 
 
-def import_job_fail(*, job_id: int, error: ImportFileError | str) -> None:
+def import_job_fail(*, job_id: int, error: ImportFileError | str) -> bool:
     """Fail the job with a refusal of the file (naming its line and field) or another reason."""
     where = {"error_line": error.line, "error_field": error.field[:200]} if isinstance(error, ImportFileError) else {}
-    _import_job_end(job_id, status=ImportStatus.FAILED, error=storable_text(str(error))[:IMPORT_ERROR_MAX_CHARS],
-                    **where)
+    return lifecycle.job_fail(IMPORT_JOB, job_id, str(error), **where)
 
 
-def _import_job_end(job_id: int, **fields: object) -> None:
-    """Record how the job ended and remove the kept upload, which nothing reads any more."""
-    ImportJob.objects.filter(pk=job_id, status__in=(ImportStatus.QUEUED, ImportStatus.RUNNING)).update(
-        stage="", finished_at=timezone.now(), **fields
-    )
+def _upload_remove(job_id: int) -> None:
+    """The kept upload goes once the job ended: nothing reads it any more."""
     path = ImportJob.objects.filter(pk=job_id).values_list("upload_path", flat=True).first()
     if path:
         Path(path).unlink(missing_ok=True)
+
+
+IMPORT_JOB = lifecycle.JobKind(
+    model=ImportJob, noun="import job", message_kind=IMPORT_MESSAGE_KIND, task_name=IMPORT_PROMPTS,
+    failed_fields=lambda reason: {"error": storable_text(reason)[:IMPORT_ERROR_MAX_CHARS]},
+    stale_reason=_stale_reason, stale_exempt=_stale_exempt,
+    started_fields={"stage": ImportJob.Stage.CHECKING}, ended_fields={"stage": ""}, on_end=_upload_remove,
+)
 
 
 def responses_add(*, prompt_id: int, texts: Sequence[str], source: str, source_detail: dict) -> list[Response]:

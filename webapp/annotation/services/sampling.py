@@ -1,17 +1,16 @@
 """Sampling jobs: responses sampled from a model for a project's prompts."""
 
-import logging
 import math
 from collections.abc import Callable, Mapping
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
-from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from webapp import job_lifecycle as lifecycle
 from webapp.annotation.models import (
     GENERATION_SETTING_BOUNDS,
     OPTIONAL_SETTINGS,
@@ -22,10 +21,8 @@ from webapp.annotation.models import (
 from webapp.celery_app import SAMPLE_RESPONSES
 from webapp.experiments.models import ModelRef
 from webapp.experiments.services import model_resolve
-from webapp.queueing import publish_before_commit, publish_on_commit, requeue_lost
+from webapp.queueing import publish_before_commit, publish_on_commit
 from webapp.text import storable_text
-
-logger = logging.getLogger(__name__)
 
 
 def model_path_check(path: str, *, user: AbstractBaseUser | None = None) -> str:
@@ -58,7 +55,6 @@ def generation_settings_check(options: Mapping[str, Any]) -> None:
 
 SAMPLING_MESSAGE_KIND = "sampling"
 SamplingStatus = SamplingJob.Status
-_ACTIVE = (SamplingStatus.QUEUED, SamplingStatus.RUNNING)
 
 
 def sampling_job_create(
@@ -84,56 +80,39 @@ def _sampling_job_publish(job_id: int, *, on_failure: Callable[[str], None]) -> 
 def sampling_job_start(*, job_id: int) -> bool:
     """Claim a queued sampling job for this worker; False, and nothing written, if it is not queued any more (a
     canceled job, or a second message for it)."""
-    now = timezone.now()
-    claimed = SamplingJob.objects.filter(pk=job_id, status=SamplingStatus.QUEUED).update(
-        status=SamplingStatus.RUNNING, started_at=now, heartbeat_at=now
-    )
-    if not claimed:
-        logger.info("sampling job %s is not queued any more; nothing to do", job_id)
-    return bool(claimed)
+    return lifecycle.job_claim(SAMPLING_JOB, job_id)
 
 
 def sampling_job_progress(*, job_id: int, done: int, total: int | None = None) -> None:
     fields = {"progress_done": done} if total is None else {"progress_done": done, "progress_total": total}
-    SamplingJob.objects.filter(pk=job_id).update(**fields)
+    lifecycle.job_progress(SAMPLING_JOB, job_id, **fields)
 
 
 def sampling_job_heartbeat(*, job_id: int) -> None:
-    SamplingJob.objects.filter(pk=job_id, status=SamplingStatus.RUNNING).update(heartbeat_at=timezone.now())
+    lifecycle.job_heartbeat(SAMPLING_JOB, job_id)
 
 
 def sampling_job_should_stop(*, job_id: int) -> bool:
     """Between batches: stop if a cancel was asked, or if the job is no longer running (the stale check failed it)."""
-    status, cancel = SamplingJob.objects.filter(pk=job_id).values_list("status", "cancel_requested").get()
-    return cancel or status != SamplingStatus.RUNNING
+    return lifecycle.job_should_stop(SAMPLING_JOB, job_id)
 
 
 def sampling_job_fail(*, job_id: int, error: str) -> bool:
-    return bool(SamplingJob.objects.filter(pk=job_id, status__in=_ACTIVE).update(
-        status=SamplingStatus.FAILED, error=storable_text(error), finished_at=timezone.now()
-    ))
+    return lifecycle.job_fail(SAMPLING_JOB, job_id, error)
 
 
 def sampling_job_succeed(*, job_id: int) -> bool:
-    return bool(SamplingJob.objects.filter(pk=job_id, status=SamplingStatus.RUNNING).update(
-        status=SamplingStatus.SUCCEEDED, finished_at=timezone.now()
-    ))
+    return lifecycle.job_succeed(SAMPLING_JOB, job_id)
 
 
 def sampling_job_stopped(*, job_id: int) -> None:
     """The worker stopped between batches on a cancel: what it wrote stays."""
-    SamplingJob.objects.filter(pk=job_id, status=SamplingStatus.RUNNING).update(
-        status=SamplingStatus.CANCELED, finished_at=timezone.now()
-    )
+    lifecycle.job_stopped(SAMPLING_JOB, job_id)
 
 
 def sampling_job_cancel(*, job_id: int) -> None:
     """A queued job is canceled at once; a running one stops after its current batch."""
-    if SamplingJob.objects.filter(pk=job_id, status=SamplingStatus.QUEUED).update(
-        status=SamplingStatus.CANCELED, cancel_requested=True, finished_at=timezone.now()
-    ):
-        return
-    SamplingJob.objects.filter(pk=job_id, status=SamplingStatus.RUNNING).update(cancel_requested=True)
+    lifecycle.job_cancel(SAMPLING_JOB, job_id)
 
 
 def sampling_job_resume(*, job_id: int) -> None:
@@ -153,18 +132,21 @@ def sampling_job_resume(*, job_id: int) -> None:
 def sampling_jobs_fail_stale(*, now: datetime | None = None) -> list[int]:
     """Fail every running sampling job whose worker stopped sending heartbeats (killed or lost), saying how far it
     got; the responses it stored stay, and resuming fills the rest."""
-    limit = (now or timezone.now()) - timedelta(seconds=settings.PREFLAB_HEARTBEAT_TIMEOUT_S)
-    failed = []
-    for job in SamplingJob.objects.filter(status=SamplingStatus.RUNNING, heartbeat_at__lt=limit):
-        last = job.heartbeat_at.isoformat(timespec="seconds")
-        message = (f"the worker stopped sending heartbeats (last at {last}) after {job.progress_done} of "
-                   f"{job.progress_total} prompts; resume the job to fill the rest")
-        if sampling_job_fail(job_id=job.pk, error=message):
-            failed.append(job.pk)
-    return failed
+    return lifecycle.jobs_fail_stale(SAMPLING_JOB, now=now)
+
+
+def _stale_reason(job: SamplingJob) -> str:
+    last = lifecycle.last_heartbeat(job)
+    return (f"the worker stopped sending heartbeats (last at {last}) after {job.progress_done} of "
+            f"{job.progress_total} prompts; resume the job to fill the rest")
 
 
 def sampling_jobs_requeue_lost(*, message_ids: set[str], now: datetime | None = None) -> list[int]:
     """Publish again every sampling job queued too long whose message is gone (webapp.queueing.requeue_lost)."""
-    return requeue_lost(SAMPLE_RESPONSES, kind=SAMPLING_MESSAGE_KIND, message_ids=message_ids, now=now,
-                        queued=SamplingJob.objects.filter(status=SamplingStatus.QUEUED))
+    return lifecycle.jobs_requeue_lost(SAMPLING_JOB, message_ids=message_ids, now=now)
+
+
+SAMPLING_JOB = lifecycle.JobKind(
+    model=SamplingJob, noun="sampling job", message_kind=SAMPLING_MESSAGE_KIND, task_name=SAMPLE_RESPONSES,
+    failed_fields=lambda reason: {"error": storable_text(reason)}, stale_reason=_stale_reason,
+)

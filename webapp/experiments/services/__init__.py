@@ -33,7 +33,6 @@ from webapp.experiments.services.launches import (
 )
 from webapp.experiments.services.metrics import (
     metric_rows_write,
-    run_heartbeat,
     run_training_started,
     samples_write,
 )
@@ -69,7 +68,9 @@ from webapp.experiments.services.runs import (
     run_create,
     run_fail,
     run_finish,
+    run_heartbeat,
     run_resume,
+    run_should_stop,
     run_start,
     runs_fail_stale,
     runs_requeue_lost,
@@ -101,6 +102,8 @@ __all__ = [
     "run_create",
     "run_fail",
     "run_finish",
+    "run_heartbeat",
+    "run_should_stop",
     "run_resume",
     "run_start",
     "runs_fail_stale",
@@ -109,7 +112,6 @@ __all__ = [
     "run_node_claim",
     "run_rendezvous_open",
     "metric_rows_write",
-    "run_heartbeat",
     "run_training_started",
     "samples_write",
     "BATCH_ID_MAX_LENGTH",

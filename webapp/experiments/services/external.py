@@ -18,8 +18,8 @@ from trainer.sink import decode_json_value, encode_json_value
 from webapp.experiments import selectors
 from webapp.experiments.models import EXTERNAL_KIND, MetricRow, Run, SampleBatch
 from webapp.experiments.services.launches import _name_check
-from webapp.experiments.services.metrics import metric_rows_write, run_heartbeat, samples_write
-from webapp.experiments.services.runs import Status, _transition
+from webapp.experiments.services.metrics import metric_rows_write, samples_write
+from webapp.experiments.services.runs import Status, _transition, run_heartbeat
 from webapp.text import storable_text, typed_text_problem
 from webapp.text_bounds import (
     EXTERNAL_CONFIG_MAX_CHARS,

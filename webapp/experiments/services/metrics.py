@@ -11,7 +11,7 @@ from django.utils import timezone
 from trainer.sink import encode_json_value
 from webapp.experiments.alerts import AlertThresholds, alerts_for
 from webapp.experiments.models import MetricRow, ModelRef, Run, Sample
-from webapp.experiments.services.runs import Status, _rewind
+from webapp.experiments.services.runs import _rewind
 from webapp.text import storable_text
 
 
@@ -24,11 +24,6 @@ def run_training_started(*, run_id: int, total_steps: int, start_step: int) -> N
         Run.objects.filter(pk=run_id).update(
             total_steps=total_steps, current_step=start_step, heartbeat_at=timezone.now()
         )
-
-
-def run_heartbeat(*, run_id: int) -> bool:
-    """The run's worker or client is alive; False (and nothing written) if the run is not running."""
-    return bool(Run.objects.filter(pk=run_id, status=Status.RUNNING).update(heartbeat_at=timezone.now()))
 
 
 def metric_rows_write(*, run_id: int, rows: Iterable[dict[str, Any]], progress_never_back: bool = False) -> None:

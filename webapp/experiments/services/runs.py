@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import shutil
 from collections.abc import Callable, Mapping
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -19,12 +19,13 @@ from django.utils import timezone
 
 from trainer.config import ConfigError, check_data_size, config_to_dict
 from trainer.kinds import KINDS, config_from_dict, run_kind
+from webapp import job_lifecycle as lifecycle
 from webapp.celery_app import RUN_TRAINING
 from webapp.experiments import selectors
 from webapp.experiments.data_sources import data_source_check, data_source_rows
 from webapp.experiments.models import EXTERNAL_KIND, MODEL_FIELDS, MetricRow, ModelRef, Run, Sample
 from webapp.experiments.services.registry import _resolved_model_fields, model_resolve
-from webapp.queueing import publish_before_commit, publish_on_commit, requeue_lost
+from webapp.queueing import publish_before_commit, publish_on_commit
 from webapp.text import storable_text
 
 logger = logging.getLogger(__name__)
@@ -97,9 +98,7 @@ def _forget_unqueued_run(run_id: int) -> Callable[[str], None]:
 
 def runs_requeue_lost(*, message_ids: set[str], now: datetime | None = None) -> list[int]:
     """Publish again every run queued too long whose message is gone (webapp.queueing.requeue_lost)."""
-    # an external run is never queued; excluded all the same, since publishing one would hand it to a worker
-    queued = Run.objects.filter(status=Status.QUEUED).exclude(kind=EXTERNAL_KIND)
-    return requeue_lost(RUN_TRAINING, kind=RUN_MESSAGE_KIND, queued=queued, message_ids=message_ids, now=now)
+    return lifecycle.jobs_requeue_lost(RUN_JOB, message_ids=message_ids, now=now)
 
 
 @transaction.atomic
@@ -166,9 +165,7 @@ def _transition(run_id: int, target: str, *, only_from: str | None = None, **fie
 
 def run_cancel(*, run_id: int) -> None:
     """A queued run is canceled at once; a running one stops at its next step (the sink's should_stop)."""
-    if _transition(run_id, Status.CANCELED, only_from=Status.QUEUED, finished_at=timezone.now(), cancel_requested=True):
-        return
-    Run.objects.filter(pk=run_id, status=Status.RUNNING).update(cancel_requested=True)
+    lifecycle.job_cancel(RUN_JOB, run_id)
 
 
 def run_cancel_unanswered(*, run_id: int, reason: str) -> bool:
@@ -187,26 +184,20 @@ def run_fail(*, run_id: int, error: str, alert: str | None = None) -> bool:
         alerts = list(run.alerts)
         if alert and not any(item["kind"] == alert for item in alerts):
             alerts.append({"kind": alert, "step": run.current_step, "message": error.splitlines()[0]})
-        return _transition(run_id, Status.FAILED, error=error, finished_at=timezone.now(), alerts=alerts)
+        return lifecycle.job_fail(RUN_JOB, run_id, error, alerts=alerts)
 
 
 def runs_fail_stale(*, now: datetime | None = None) -> list[int]:
     """Fail every running run whose worker (or, for an external run, whose client) stopped sending heartbeats:
     it was killed or lost."""
-    now = now or timezone.now()
-    limit = now - timedelta(seconds=settings.PREFLAB_HEARTBEAT_TIMEOUT_S)
-    stale = Run.objects.filter(status=Status.RUNNING).filter(
-        Q(heartbeat_at__lt=limit) | Q(heartbeat_at__isnull=True, started_at__lt=limit)
-    )
-    failed = []
-    for run_id, heartbeat, kind in stale.values_list("pk", "heartbeat_at", "kind"):
-        last = heartbeat.isoformat(timespec="seconds") if heartbeat else "never"
-        # an external run has no worker: its own program logs and beats through the API
-        sender = "the client" if kind == EXTERNAL_KIND else "worker"
-        message = f"{sender} stopped sending heartbeats; last at {last}"
-        if run_fail(run_id=run_id, error=message, alert="stale_heartbeat"):
-            failed.append(run_id)
-    return failed
+    return lifecycle.jobs_fail_stale(RUN_JOB, now=now,
+                           fail=lambda run_id, reason: run_fail(run_id=run_id, error=reason, alert="stale_heartbeat"))
+
+
+def _stale_reason(run: Run) -> str:
+    # an external run has no worker: its own program logs and beats through the API
+    sender = "the client" if run.kind == EXTERNAL_KIND else "worker"
+    return f"{sender} stopped sending heartbeats; last at {lifecycle.last_heartbeat(run)}"
 
 
 @transaction.atomic
@@ -273,17 +264,30 @@ def _remove_run_directories(directories: list[Path]) -> None:
 def run_start(*, run_id: int) -> Run | None:
     """Claim a queued run for this worker (queued -> running); None, and nothing written, if it is not queued
     (e.g. a redelivered task after its worker was killed)."""
-    now = timezone.now()
-    with transaction.atomic():
-        run = Run.objects.select_for_update().get(pk=run_id)
-        if run.status != Status.QUEUED:
-            logger.info("run %s is %s, not queued: nothing to do", run_id, run.status)
-            return None
-        _transition(run_id, Status.RUNNING, started_at=now, heartbeat_at=now, error="", finished_at=None)
-    run.refresh_from_db()
-    return run
+    return Run.objects.get(pk=run_id) if lifecycle.job_claim(RUN_JOB, run_id) else None
 
 
 def run_finish(*, run_id: int, stopped: bool) -> bool:
     """The loop returned: canceled if it stopped on request, else succeeded (refused if the run failed meanwhile)."""
-    return _transition(run_id, Status.CANCELED if stopped else Status.SUCCEEDED, finished_at=timezone.now())
+    return lifecycle.job_stopped(RUN_JOB, run_id) if stopped else lifecycle.job_succeed(RUN_JOB, run_id)
+
+
+def run_heartbeat(*, run_id: int) -> bool:
+    """The run's worker or client is alive; False (and nothing written) if the run is not running."""
+    return lifecycle.job_heartbeat(RUN_JOB, run_id)
+
+
+def run_should_stop(*, run_id: int) -> bool:
+    """Between steps: stop if a cancel was asked, or if the run is no longer running (the stale check failed it, say)."""
+    return lifecycle.job_should_stop(RUN_JOB, run_id)
+
+
+RUN_JOB = lifecycle.JobKind(
+    model=Run, noun="run", message_kind=RUN_MESSAGE_KIND, task_name=RUN_TRAINING,
+    failed_fields=lambda reason: {"error": storable_text(reason)},
+    stale_reason=_stale_reason,
+    # a run claimed again (resumed) starts clean
+    started_fields={"error": "", "finished_at": None},
+    # an external run is never queued; excluded all the same, since publishing one would hand it to a worker
+    never_published=Q(kind=EXTERNAL_KIND),
+)
