@@ -9,7 +9,7 @@ TEST_ENV := DATABASE_URL=postgres://postgres@127.0.0.1:5432/preflab \
 	PREFLAB_DATA_DIR=$(CURDIR)/var/test \
 	DEBUG=true
 
-.PHONY: run test services browser
+.PHONY: run test test-slow services browser
 
 # `make run ADDRPORT=127.0.0.1:8030` serves elsewhere. seed_demo builds SmolLM2-135M-Instruct once (under a minute).
 ADDRPORT ?= 127.0.0.1:8000
@@ -24,6 +24,10 @@ run: $(INSTALLED)
 test: $(INSTALLED) services browser
 	$(VENV)/bin/ruff check .
 	$(TEST_ENV) $(PY) -m pytest $(PYTEST_ARGS)
+
+# The longer variants CI leaves out (marked `slow`): more kinds and layouts of what the default tests already cover.
+test-slow: $(INSTALLED) services browser
+	$(TEST_ENV) $(PY) -m pytest -m slow $(PYTEST_ARGS)
 
 $(INSTALLED): pyproject.toml clients/python/pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)

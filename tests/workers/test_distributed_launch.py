@@ -177,7 +177,7 @@ def _ranks_started(run: Run) -> bool:
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.parametrize("parallelism", ["ddp", "fsdp"])
+@pytest.mark.parametrize("parallelism", [pytest.param("ddp", marks=pytest.mark.slow), "fsdp"])
 def test_a_two_process_grpo_run_launched_from_the_form_succeeds_with_one_series_and_its_checkpoints(
     celery_worker_factory, tiny_model, researcher_client, parallelism
 ):
