@@ -273,8 +273,9 @@
   // A mode's script calls this with its name and a function of `page` giving its hooks, each optional:
   // setUp() binds its controls on a fresh item; key(event, focusedCard) handles a key first (true: handled);
   // snapshot() / restore(state) carry its controls' state through undo; refresh() after a change; dropped(card)
-  // after a response is dragged to a new place (the page shows it there already); keyedInputs, a selector of its inputs that are not for typing;
-  // choiceKeys, the keys that choose (and submit) one of its choice buttons: {key: data-choice}.
+  // after a response is dragged to a new place (the page shows it there already); keyedInputs, a selector of its
+  // inputs that are not for typing; choiceKeys, the keys that choose (and submit) one of its choice buttons:
+  // {key: data-choice}.
   window.preflabAnnotation = {
     register(name, hooks) { modes[name] = hooks(page); },
   };

@@ -1,7 +1,7 @@
 """Rankings: submit, skip, withdraw, and the preference pairs a ranking yields."""
 
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
@@ -83,7 +83,8 @@ def ranking_submit(
 
 
 def _answer_store(
-    assignment: Assignment, prompt: Prompt, annotator: AbstractBaseUser, existing: Ranking | None, answer: dict, now
+    assignment: Assignment, prompt: Prompt, annotator: AbstractBaseUser, existing: Ranking | None, answer: dict,
+    now: datetime,
 ) -> Ranking:
     """A new Ranking row, or the reopened one given the new answer in place (its old pairs removed)."""
     if existing is None:
