@@ -170,9 +170,21 @@
 
   function bindDragAndDrop() {
     let dragged = null;
+    let orderBefore = "";
     cards().forEach((card) => {
-      card.addEventListener("dragstart", () => { dragged = card; remember(); card.classList.add("dragging"); });
-      card.addEventListener("dragend", () => { card.classList.remove("dragging"); dragged = null; });
+      card.addEventListener("dragstart", () => {
+        dragged = card;
+        orderBefore = snapshot().order.join();
+        remember();
+        card.classList.add("dragging");
+      });
+      // The card moves while dragged over the others; wherever the drag ends (on a card or between two), the mode
+      // is told once that it has a new place.
+      card.addEventListener("dragend", () => {
+        card.classList.remove("dragging");
+        dragged = null;
+        if (snapshot().order.join() !== orderBefore) mode().dropped?.(card);
+      });
       card.addEventListener("dragover", (event) => {
         event.preventDefault();
         if (!dragged || dragged === card) return;
@@ -181,7 +193,7 @@
         if (after) card.after(dragged);
         else card.before(dragged);
       });
-      card.addEventListener("drop", (event) => { event.preventDefault(); mode().dropped?.(); });
+      card.addEventListener("drop", (event) => event.preventDefault());
     });
   }
 
@@ -260,9 +272,10 @@
 
   // A mode's script calls this with its name and a function of `page` giving its hooks, each optional:
   // setUp() binds its controls on a fresh item; key(event, focusedCard) handles a key first (true: handled);
-  // snapshot() / restore(state) carry its controls' state through undo; refresh() after a change; dropped()
-  // after a response is dragged to a new place; keyedInputs, a selector of its inputs that are not for typing;
-  // choiceKeys, the keys that choose (and submit) one of its choice buttons: {key: data-choice}.
+  // snapshot() / restore(state) carry its controls' state through undo; refresh() after a change; dropped(card)
+  // after a response is dragged to a new place (the page shows it there already); keyedInputs, a selector of its
+  // inputs that are not for typing; choiceKeys, the keys that choose (and submit) one of its choice buttons:
+  // {key: data-choice}.
   window.preflabAnnotation = {
     register(name, hooks) { modes[name] = hooks(page); },
   };

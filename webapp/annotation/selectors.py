@@ -171,12 +171,11 @@ def own_progress(*, user: AbstractBaseUser) -> list[OwnProgress]:
     rows = []
     for project in Project.objects.filter(members=user).order_by("name"):
         ranked = own_ranked_count(project=project, user=user)
-        touched = Assignment.objects.filter(annotator=user, prompt__project=project).exclude(
-            status=Assignment.Status.LEASED
-        )
+        # every answer is a Ranking row, kept while its item is reopened by Back
+        answered = Ranking.objects.filter(annotator=user, prompt__project=project)
         available = (
             Prompt.objects.filter(OPEN_ITEMS, project=project, ranking_count__lt=project.annotators_per_item)
-            .exclude(pk__in=touched.values("prompt_id"))
+            .exclude(pk__in=answered.values("prompt_id"))
             .count()
         )
         rows.append(OwnProgress(project=project, ranked=ranked, available=available))
@@ -184,19 +183,30 @@ def own_progress(*, user: AbstractBaseUser) -> list[OwnProgress]:
 
 
 def own_ranked_count(*, project: Project, user: AbstractBaseUser) -> int:
+    """The user's rankings in the project, skips aside; a ranking reopened by Back counts until it is replaced."""
     return Ranking.objects.filter(prompt__project=project, annotator=user, skipped=False).count()
 
 
 def previous_answer(*, project: Project, user: AbstractBaseUser) -> Ranking | None:
-    """The user's latest answer (ranking or skip) in the project, while it may still be changed: within the
-    project's lease time (services.ranking_withdraw holds the same rule)."""
+    """The user's latest answer (ranking or skip) in the project that Back may reopen: given within the project's
+    lease time (services.ranking_withdraw holds the same rule) and not reopened already, so a second Back reopens
+    the answer before it."""
     since = timezone.now() - timedelta(minutes=project.lease_minutes)
     return (
         Ranking.objects.filter(prompt__project=project, annotator=user, created_at__gte=since)
+        .exclude(assignment__status=Assignment.Status.LEASED)
         .select_related("prompt")
         .order_by("-created_at", "-id")
         .first()
     )
+
+
+def reopened_answer(*, assignment: Assignment) -> Ranking | None:
+    """The answer kept on an item that Back reopened (shown filled in until a new answer replaces it); None for an
+    item not answered before."""
+    if assignment.status != Assignment.Status.LEASED:
+        return None
+    return Ranking.objects.filter(assignment=assignment).first()
 
 
 def response_texts(*, prompt_id: int) -> dict[int, str]:

@@ -2,7 +2,7 @@
 
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from http import HTTPStatus
 from urllib.parse import urlencode
 
@@ -48,7 +48,8 @@ def _job_of_a_visible_project(request: HttpRequest, model: type[ImportJob | Samp
 
 @dataclass(frozen=True)
 class _ShownAnswer:
-    """An answer put back into an item's controls: the one withdrawn by Back, or one the server refused."""
+    """An answer put back into an item's controls: the one kept on an item reopened by Back, or one the server
+    refused."""
 
     assignment_id: int
     entered: Entered = field(default_factory=Entered)
@@ -80,9 +81,14 @@ def _item_context(
     if answer is None or assignment is None or answer.assignment_id != assignment.pk:
         answer = _ShownAnswer(assignment_id=0)
     context: dict = {"project": project, "mode": annotation_mode(project.mode), "assignment": assignment,
-                     "error": error, "answer": answer, "rationale_max_chars": services.RATIONALE_MAX_CHARS}
+                     "error": error, "rationale_max_chars": services.RATIONALE_MAX_CHARS}
     if assignment is not None:
         responses = selectors.responses_shown(prompt=assignment.prompt, annotator=request.user)
+        kept = selectors.reopened_answer(assignment=assignment)
+        if kept is not None and not answer.assignment_id:
+            # an item reopened by Back, on this page or before a reload: its kept answer, as it was given
+            answer = _answer_from_ranking(project, kept, [response.pk for response in responses])
+        answer = replace(answer, reopened=kept is not None, skipped=kept is not None and kept.skipped)
         context["responses"] = [
             {"id": response.pk, "letter": chr(ord("A") + index), "html": render_markdown(response.text),
              "long": len(response.text) > 1500, "empty": is_blank(response.text),
@@ -91,6 +97,7 @@ def _item_context(
         ]
         context["prompt_html"] = render_markdown(assignment.prompt.text)
         context["prompt_turns"] = _turns(assignment.prompt)
+    context["answer"] = answer
     context["ranked"] = selectors.own_ranked_count(project=project, user=request.user)
     context["previous_answer"] = selectors.previous_answer(project=project, user=request.user)
     return context
@@ -171,10 +178,11 @@ def annotate_skip(request: HttpRequest, assignment_id: int) -> HttpResponse:
 @require_POST
 @annotator_required
 def annotate_back(request: HttpRequest, project_id: int) -> HttpResponse:
-    """Withdraw the annotator's latest answer and show its item again with that answer filled in.
+    """Reopen the annotator's latest answer and show its item again with that answer filled in; the answer stays
+    stored until a new one (or a skip) replaces it.
 
     The page names the answer it offers to go back to: a second press sent before the first one's page arrived
-    names an answer already withdrawn, and is refused instead of withdrawing the one before it too.
+    names an answer already reopened, and is refused instead of reopening the one before it too.
     """
     project = _project(request, project_id)
     previous = selectors.previous_answer(project=project, user=request.user)
@@ -182,15 +190,14 @@ def annotate_back(request: HttpRequest, project_id: int) -> HttpResponse:
         return _refused(request, project, f"Nothing to go back to: no answer of yours in this project within the "
                                           f"last {counted(project.lease_minutes, 'minute')} (the lease time).")
     if request.POST.get("answer", str(previous.pk)) != str(previous.pk):
-        return _refused(request, project, "That answer was already taken back; this page was behind. Nothing else "
+        return _refused(request, project, "That answer is already reopened; this page was behind. Nothing else "
                                           "was changed.")
     try:
-        withdrawn = services.ranking_withdraw(ranking_id=previous.pk, annotator=request.user)
+        reopened = services.ranking_withdraw(ranking_id=previous.pk, annotator=request.user)
     except ValidationError as error:
         return _refused(request, project, " ".join(error.messages))
-    assignment = Assignment.objects.select_related("prompt").get(pk=withdrawn.assignment_id)
-    shown = [response.pk for response in selectors.responses_shown(prompt=assignment.prompt, annotator=request.user)]
-    return _render_item(request, project, assignment=assignment, answer=_answer_from_ranking(project, withdrawn, shown))
+    assignment = Assignment.objects.select_related("prompt").get(pk=reopened.assignment_id)
+    return _render_item(request, project, assignment=assignment)
 
 
 # Researchers ------------------------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
-// The ranking mode's controls and keys: 1-9 rank the focused response, Shift+arrows move it, Enter submits,
-// X marks all bad. Registered with static/annotation/annotate.js, which is loaded first.
+// The ranking mode's controls and keys: 1-9 rank the focused response, Shift+arrows (or a drag) move it up or down
+// the ranking typed so far, Enter submits, X marks all bad. Registered with static/annotation/annotate.js, which is
+// loaded first.
 window.preflabAnnotation.register("ranking", (page) => {
   "use strict";
 
@@ -16,24 +17,61 @@ window.preflabAnnotation.register("ranking", (page) => {
     (unranked || card).focus();
   }
 
-  function ranksFromOrder() {
-    cards().forEach((card, index) => {
-      const input = $(".rank-input", card);
-      if (input) input.value = String(index + 1);
+  // The ranking as it is typed, as tiers of cards, best first: equal ranks together (a tie), then the unranked
+  // cards one by one in page order. `without`: a card left out (the one being moved).
+  function tiersByRank(without) {
+    const byRank = new Map();
+    const unranked = [];
+    cards().filter((card) => card !== without).forEach((card) => {
+      const rank = Number($(".rank-input", card)?.value);
+      if (Number.isInteger(rank) && rank > 0) byRank.set(rank, [...(byRank.get(rank) || []), card]);
+      else unranked.push(card);
     });
-    page.refresh();
+    const ranked = [...byRank.keys()].sort((a, b) => a - b).map((rank) => byRank.get(rank));
+    return [...ranked, ...unranked.map((card) => [card])];
   }
 
+  // Each tier gets its rank (1 best) and the responses are shown in that order, so the page's order is the
+  // ranking's from then on and the next move or drag means what it shows.
+  function applyTiers(tiers, moved) {
+    const container = $("#responses", page.item());
+    tiers.flat().forEach((card) => container.appendChild(card));
+    tiers.forEach((tier, index) => tier.forEach((card) => {
+      const input = $(".rank-input", card);
+      if (input) input.value = String(index + 1);
+    }));
+    page.refresh();
+    moved.focus();
+  }
+
+  // Shift+↑/↓: one step up or down the ranking; a tied response leaves its tie to just above or below it. The
+  // other responses keep their ranks and ties.
   function moveCard(card, offset) {
-    const all = cards();
-    const index = all.indexOf(card);
-    const target = all[index + offset];
-    if (!target) return;
+    const tiers = tiersByRank();
+    const at = tiers.findIndex((tier) => tier.includes(card));
+    let to;
+    if (tiers[at].length > 1) {
+      tiers[at] = tiers[at].filter((other) => other !== card);
+      to = offset < 0 ? at : at + 1;
+    } else {
+      tiers.splice(at, 1);
+      to = at + offset;
+      if (to < 0 || to > tiers.length) return; // first or last already
+    }
     page.remember();
-    if (offset < 0) target.before(card);
-    else target.after(card);
-    ranksFromOrder();
-    card.focus();
+    tiers.splice(to, 0, [card]);
+    applyTiers(tiers, card);
+  }
+
+  // After a drag (page.remember was called when it started): the response takes the place in the ranking that it
+  // has on the page, below as many responses as it was dropped under; the others keep their ranks and ties.
+  function dropped(card) {
+    const above = cards().indexOf(card);
+    const tiers = tiersByRank(card);
+    let to = 0;
+    for (let count = 0; to < tiers.length && count < above; to += 1) count += tiers[to].length;
+    tiers.splice(to, 0, [card]);
+    applyTiers(tiers, card);
   }
 
   // True when the ranking may be sent; otherwise says what is missing and focuses it.
@@ -109,6 +147,6 @@ window.preflabAnnotation.register("ranking", (page) => {
       cards().forEach((card) => card.classList.toggle("ranked", Boolean($(".rank-input", card)?.value)));
     },
 
-    dropped: ranksFromOrder,
+    dropped,
   };
 });

@@ -5,7 +5,7 @@ import pytest
 
 from tests.webapp.annotation.factories import make_project
 from webapp.annotation import services
-from webapp.annotation.models import Ranking
+from webapp.annotation.models import Assignment, Ranking
 from webapp.annotation.selectors import responses_shown
 
 pytestmark = pytest.mark.django_db
@@ -44,14 +44,16 @@ def test_back_with_nothing_to_go_back_to_says_so(annotator_client, annotator):
     assert "Nothing to go back to" in response.content.decode() and "30 minutes" in response.content.decode()
 
 
-def test_a_second_back_sent_before_the_first_ones_page_withdraws_nothing_more(annotator_client, annotator):
+def test_a_second_back_sent_before_the_first_ones_page_reopens_nothing_more(annotator_client, annotator):
     project = make_project(items=2, responses=2, members=[annotator])
     for _ in range(2):
         lease = services.assignment_lease_next(project=project, annotator=annotator)
         services.ranking_skip(assignment_id=lease.pk, annotator=annotator)
-    latest = Ranking.objects.order_by("id").last()
+    earlier, latest = Ranking.objects.order_by("id")
     first = annotator_client.post(f"/annotate/{project.pk}/back/", {"answer": latest.pk}, HTTP_HX_REQUEST="true")
-    assert "HX-Retarget" not in first and Ranking.objects.count() == 1
+    assert "HX-Retarget" not in first and Ranking.objects.count() == 2
+    assert Assignment.objects.get(pk=latest.assignment_id).status == Assignment.Status.LEASED
     again = annotator_client.post(f"/annotate/{project.pk}/back/", {"answer": latest.pk}, HTTP_HX_REQUEST="true")
-    assert again["HX-Retarget"] == "#item-error" and "already taken back" in again.content.decode()
-    assert Ranking.objects.count() == 1
+    assert again["HX-Retarget"] == "#item-error" and "already reopened" in again.content.decode()
+    assert Ranking.objects.count() == 2
+    assert Assignment.objects.get(pk=earlier.assignment_id).status == Assignment.Status.SKIPPED

@@ -12,17 +12,23 @@ from datetime import timedelta
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.db.models import Count, F, IntegerField, OuterRef, Subquery, Value
+from django.db.models import Count, F, IntegerField, OuterRef, Q, Subquery, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from webapp.annotation.models import Assignment, Project, Prompt
+from webapp.annotation.models import Assignment, Project, Prompt, Ranking
 
 _LEASE_ATTEMPTS = 20
 
+# A lease holds a place in the overlap unless its item is reopened over a ranking, which holds that place already
+# (Back keeps the answer until a new one replaces it); a reopened skip held no place, so its lease does.
+_HOLDS_A_PLACE = Q(ranking__isnull=True) | Q(ranking__skipped=True)
+
 
 def _active_leases(now, *, excluding: AbstractBaseUser | None = None) -> Subquery:
-    leases = Assignment.objects.filter(prompt=OuterRef("pk"), status=Assignment.Status.LEASED, expires_at__gt=now)
+    leases = Assignment.objects.filter(
+        _HOLDS_A_PLACE, prompt=OuterRef("pk"), status=Assignment.Status.LEASED, expires_at__gt=now
+    )
     if excluding is not None:
         leases = leases.exclude(annotator=excluding)
     return Subquery(leases.values("prompt").annotate(count=Count("pk")).values("count"), output_field=IntegerField())
@@ -30,7 +36,7 @@ def _active_leases(now, *, excluding: AbstractBaseUser | None = None) -> Subquer
 
 def _others_holding(prompt: Prompt, annotator: AbstractBaseUser, now) -> int:
     return (
-        Assignment.objects.filter(prompt=prompt, status=Assignment.Status.LEASED, expires_at__gt=now)
+        Assignment.objects.filter(_HOLDS_A_PLACE, prompt=prompt, status=Assignment.Status.LEASED, expires_at__gt=now)
         .exclude(annotator=annotator)
         .count()
     )
@@ -51,9 +57,9 @@ def assignment_lease_next(*, project: Project, annotator: AbstractBaseUser) -> A
         )
         if current is not None:
             return current
-        finished = Assignment.objects.filter(annotator=annotator, prompt__project=project).exclude(
-            status=Assignment.Status.LEASED
-        )
+        # Every answer (ranking or skip) is a Ranking row, kept while its item is reopened, so an item whose
+        # reopened lease ran out is not offered to its annotator again as a new one.
+        finished = Ranking.objects.filter(annotator=annotator, prompt__project=project)
         refused: list[int] = []
         for _ in range(_LEASE_ATTEMPTS):
             prompt = (

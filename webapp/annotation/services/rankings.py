@@ -1,7 +1,7 @@
 """Rankings: submit, skip, withdraw, and the preference pairs a ranking yields."""
 
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
@@ -30,6 +30,11 @@ def _validated_tiers(tiers: Sequence[Sequence[int]], shown: set[int]) -> list[li
     return cleaned
 
 
+def _reopened(assignment: Assignment, existing: Ranking | None) -> bool:
+    """Whether `existing`, the annotator's answer to the assignment's item, was reopened by Back to be replaced."""
+    return existing is not None and assignment.status == Assignment.Status.LEASED
+
+
 def ranking_submit(
     *,
     assignment_id: int,
@@ -39,7 +44,8 @@ def ranking_submit(
     rationale: str = "",
     seconds_spent: float = 0.0,
 ) -> Ranking:
-    """Record a ranking (tiers of response ids, best first). Submitting again returns the first ranking."""
+    """Record a ranking (tiers of response ids, best first). On an item reopened by Back the new ranking replaces
+    the kept answer (its pairs too); otherwise submitting again returns the first ranking."""
     if len(rationale) > RATIONALE_MAX_CHARS:
         raise ValidationError(
             f"rationale: {len(rationale):,} characters; at most {RATIONALE_MAX_CHARS:,} are kept. Shorten it and submit again."
@@ -49,63 +55,81 @@ def ranking_submit(
     with transaction.atomic():
         assignment, prompt = _locked_assignment(assignment_id, annotator)
         existing = Ranking.objects.filter(prompt=prompt, annotator=annotator).first()
-        if existing is not None:
+        if existing is not None and not _reopened(assignment, existing):
             return existing
         project = prompt.project
         shown = {response.pk for response in responses_shown(prompt=prompt, annotator=annotator)}
         # All bad: whatever ranks were filled in are ignored, every shown response is one tier and gives no pair.
         cleaned = [sorted(shown)] if all_bad else _validated_tiers(tiers, shown)
         now = timezone.now()
-        if prompt.ranking_count + _others_holding(prompt, annotator, now) >= project.annotators_per_item:
+        # A reopened ranking holds its place in the overlap already; a new ranking, or one replacing a skip, takes one.
+        takes_a_place = existing is None or existing.skipped
+        if takes_a_place and prompt.ranking_count + _others_holding(prompt, annotator, now) >= project.annotators_per_item:
             raise ValidationError(
                 "your lease expired and this item has all the rankings it needs; skip it (S) to take the next one"
             )
         lease_seconds = (now - assignment.leased_at).total_seconds()
-        ranking = Ranking.objects.create(
-            assignment=assignment,
-            prompt=prompt,
-            annotator=annotator,
-            tiers=cleaned,
-            all_bad=all_bad,
-            rationale=rationale.strip(),
-            seconds_spent=max(0.0, min(float(seconds_spent), lease_seconds)),
-        )
-        Prompt.objects.filter(pk=prompt.pk).update(ranking_count=F("ranking_count") + 1)
+        answer = {
+            "tiers": cleaned, "all_bad": all_bad, "skipped": False, "rationale": rationale.strip(),
+            "seconds_spent": max(0.0, min(float(seconds_spent), lease_seconds)),
+        }
+        ranking = _answer_store(assignment, prompt, annotator, existing, answer, now)
+        if takes_a_place:
+            Prompt.objects.filter(pk=prompt.pk).update(ranking_count=F("ranking_count") + 1)
         Assignment.objects.filter(pk=assignment.pk).update(status=Assignment.Status.SUBMITTED)
         if not all_bad:
             _store_pairs(ranking, project)
     return ranking
 
 
+def _answer_store(
+    assignment: Assignment, prompt: Prompt, annotator: AbstractBaseUser, existing: Ranking | None, answer: dict,
+    now: datetime,
+) -> Ranking:
+    """A new Ranking row, or the reopened one given the new answer in place (its old pairs removed)."""
+    if existing is None:
+        return Ranking.objects.create(assignment=assignment, prompt=prompt, annotator=annotator, **answer)
+    PreferencePair.objects.filter(ranking=existing).delete()
+    # created_at is when the answer was given: Back offers the latest, within the lease time from it.
+    Ranking.objects.filter(pk=existing.pk).update(created_at=now, **answer)
+    existing.refresh_from_db()
+    return existing
+
+
 def ranking_skip(*, assignment_id: int, annotator: AbstractBaseUser) -> Ranking:
-    """Give the item back for others; it is not offered to this annotator again."""
+    """Give the item back for others; it is not offered to this annotator again. On an item reopened by Back the
+    skip replaces the kept answer (its pairs too)."""
     with transaction.atomic():
         assignment, prompt = _locked_assignment(assignment_id, annotator)
         existing = Ranking.objects.filter(prompt=prompt, annotator=annotator).first()
-        if existing is not None:
+        if existing is not None and not _reopened(assignment, existing):
             return existing
-        ranking = Ranking.objects.create(assignment=assignment, prompt=prompt, annotator=annotator, skipped=True)
+        frees_a_place = existing is not None and not existing.skipped
+        answer = {"tiers": [], "all_bad": False, "skipped": True, "rationale": "", "seconds_spent": 0.0}
+        ranking = _answer_store(assignment, prompt, annotator, existing, answer, timezone.now())
+        if frees_a_place:
+            Prompt.objects.filter(pk=prompt.pk).update(ranking_count=F("ranking_count") - 1)
         Assignment.objects.filter(pk=assignment.pk).update(status=Assignment.Status.SKIPPED)
     return ranking
 
 
 def ranking_withdraw(*, ranking_id: int, annotator: AbstractBaseUser) -> Ranking:
-    """Take back one's own answer (a ranking or a skip) to change it: the item is leased to its annotator again.
+    """Reopen one's own answer (a ranking or a skip) to change it: the item is leased to its annotator again.
 
-    Allowed within the project's lease time after answering, so a reopened item is held no longer than a lease.
-    Returns the withdrawn ranking, no longer stored, so that its answer can be shown again.
+    The answer stays stored (with its pairs, in exports and training) until a new answer or a skip on the item
+    replaces it, so a reopened item left alone loses nothing. Allowed within the project's lease time after
+    answering, so a reopened item is held no longer than a lease. Reopening an answer already reopened returns it.
     """
     with transaction.atomic():
         assignment_id = Ranking.objects.filter(pk=ranking_id, annotator=annotator).values_list(
             "assignment_id", flat=True
         ).first()
         if assignment_id is None:
-            raise ValidationError(f"answer {ranking_id} is not yours or was already taken back")
+            raise ValidationError(f"answer {ranking_id} is not yours or does not exist")
         assignment, prompt = _locked_assignment(assignment_id, annotator)
-        # Read again under the prompt's lock: a second Back sent meanwhile may have withdrawn it already.
-        ranking = Ranking.objects.filter(pk=ranking_id).first()
-        if ranking is None:
-            raise ValidationError(f"answer {ranking_id} was already taken back")
+        ranking = Ranking.objects.get(pk=ranking_id)
+        if _reopened(assignment, ranking):  # a second Back sent meanwhile reopened it already
+            return ranking
         project = prompt.project
         now = timezone.now()
         window = timedelta(minutes=project.lease_minutes)
@@ -116,14 +140,12 @@ def ranking_withdraw(*, ranking_id: int, annotator: AbstractBaseUser) -> Ranking
                 f"lease time); yours to {prompt.external_id!r} was given {counted(age, 'minute')} ago"
             )
         # A skip held no place in the overlap, so the item may have gone to someone else since.
-        rankings_left = prompt.ranking_count - (0 if ranking.skipped else 1)
-        if rankings_left + _others_holding(prompt, annotator, now) >= project.annotators_per_item:
+        if ranking.skipped and (
+            prompt.ranking_count + _others_holding(prompt, annotator, now) >= project.annotators_per_item
+        ):
             raise ValidationError(
                 f"{prompt.external_id!r} has been given to someone else since you skipped it; it cannot be reopened"
             )
-        ranking.delete()  # its preference pairs go with it (on_delete=CASCADE)
-        if not ranking.skipped:
-            Prompt.objects.filter(pk=prompt.pk).update(ranking_count=F("ranking_count") - 1)
         # leased_at stays: the queue shows a person's oldest lease first, so the reopened item comes before
         # the one they were on when they went back.
         Assignment.objects.filter(pk=assignment.pk).update(status=Assignment.Status.LEASED, expires_at=now + window)
