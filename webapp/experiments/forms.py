@@ -213,6 +213,9 @@ class LaunchForm(forms.Form):
             self.add_error(None, error.messages)
             return
         for field, messages in error.message_dict.items():
+            # the service names a reward as rewards.<name>; the form shows each reward as its own field
+            if field.startswith("rewards.") and REWARD_PREFIX + field.removeprefix("rewards.") in self.fields:
+                field = REWARD_PREFIX + field.removeprefix("rewards.")
             if field in self.fields:
                 self.add_error(field, messages)
             else:
