@@ -97,3 +97,17 @@ def test_the_form_shows_the_refusal_on_the_reward_field(researcher_client, resea
         "one): give every row its answer, or leave answer_match out"]
     assert 'href="#id_reward__answer_match"' in response.content.decode()
     assert not Run.objects.exists()
+
+
+def test_the_api_launch_answers_422_naming_the_reward(researcher, tiny_model):
+    from tests.webapp.api.run_api_helpers import api_client_of
+
+    project = _project(researcher, [None] * 3)
+    response = api_client_of(researcher).post("/runs", {
+        "kind": "grpo", "name": "from a program", "config": _grpo_config(tiny_model),
+        "data_source": {"type": "project_prompts", "project_id": project.pk}})
+    assert response.status_code == 422, response.content
+    assert response.json()["detail"].startswith(
+        f"config.rewards.answer_match: reward answer_match needs each prompt's `answer`; project {project.pk}'s "
+        "prompts have none (0 of 3 have one)")
+    assert not Run.objects.exists()
