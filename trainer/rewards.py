@@ -97,6 +97,23 @@ REWARD_FUNCTIONS: dict[str, tuple[RewardFunction, str]] = {
     ),
 }
 
+# The row fields each reward reads, beyond the prompt and completion every reward has: a launch is refused when its
+# data lacks them (webapp.experiments.data_sources.data_source_rewards_check), rather than failing at the first step.
+REWARD_ROW_FIELDS: dict[str, tuple[str, ...]] = {"answer_match": ("answer",)}
+
+
+def reward_row_fields(weights: Mapping[str, float]) -> dict[str, tuple[str, ...]]:
+    """{reward: the row fields it needs} for the rewards named in `weights` that need any (a weight of 0 too: the
+    Rewarder calls every function it is given)."""
+    return {name: REWARD_ROW_FIELDS[name] for name in weights if REWARD_ROW_FIELDS.get(name)}
+
+
+def row_has_field(row: Mapping[str, Any], field: str) -> bool:
+    """A row holds `field` when its value is there and not empty (an empty answer is no answer)."""
+    value = row.get(field)
+    return value is not None and str(value).strip() != ""
+
+
 REWARD_MODEL = "reward_model"  # the name a learned scorer's values are logged under: reward/reward_model
 
 

@@ -160,3 +160,28 @@ def test_the_format_rate_counts_completions_with_an_answer_strict_checking_reads
     from trainer.algorithms.evaluation import format_rate
 
     assert format_rate(["<think>1 + 2 = 3</think><answer>3</answer>", r"\boxed{3}", *WITHOUT_ANSWER]) == 2 / 6
+
+
+def test_each_reward_declares_the_row_fields_it_reads():
+    from trainer.rewards import REWARD_FUNCTIONS, REWARD_ROW_FIELDS, reward_row_fields, row_has_field
+
+    assert set(REWARD_ROW_FIELDS) <= set(REWARD_FUNCTIONS)
+    assert reward_row_fields({"answer_match": 0.0, "format_tags": 1.0}) == {"answer_match": ("answer",)}
+    assert reward_row_fields({"length_penalty": 1.0}) == {}
+    assert row_has_field({"answer": "0"}, "answer") and row_has_field({"answer": 3}, "answer")
+    assert not row_has_field({"answer": None}, "answer") and not row_has_field({"answer": " "}, "answer")
+    assert not row_has_field({}, "answer")
+
+
+def test_the_trainer_refuses_rows_without_what_a_reward_reads_naming_row_and_reward():
+    from types import SimpleNamespace
+
+    from trainer.algorithms.rollout import check_prompt_rows
+    from trainer.formats.data import DataError
+
+    config = SimpleNamespace(rewards={"answer_match": 1.0})
+    check_prompt_rows([{"prompt": "1 + 1 =", "answer": "2"}, {"prompt": "2 + 2 =", "answer": 4}], config)
+    for missing in (None, "", "  "):
+        with pytest.raises(DataError, match=r"training data row 1: missing field 'answer' \(the answer_match reward"):
+            check_prompt_rows([{"prompt": "1 + 1 =", "answer": "2"}, {"prompt": "2 + 2 =", "answer": missing}], config)
+    check_prompt_rows([{"prompt": "no answer"}], SimpleNamespace(rewards={"format_tags": 1.0}))

@@ -43,7 +43,7 @@ from trainer.modeling.models import (
     pick_device,
     run_precision,
 )
-from trainer.rewards import Rewarder, reward_inputs
+from trainer.rewards import Rewarder, reward_inputs, reward_row_fields, row_has_field
 from trainer.sink import Sink, sample_row
 
 
@@ -123,10 +123,13 @@ def check_prompt_rows(rows: Sequence[dict], config: OnlineConfig, *, name: str =
         if isinstance(row, dict) and "prompt" not in row:
             raise DataError(f"{name} row {index}: missing field 'prompt'")
     check_rows(rows, ("prompt",), name=name)
-    if "answer_match" in config.rewards:
-        for index, row in enumerate(rows):
-            if not isinstance(row.get("answer"), str | int | float):
-                raise DataError(f"{name} row {index}: missing field 'answer' (the answer_match reward needs it)")
+    # the fields the rewards read (trainer.rewards.REWARD_ROW_FIELDS): the launch checked them, the data may have
+    # changed since
+    for reward, fields in reward_row_fields(config.rewards).items():
+        for field in fields:
+            for index, row in enumerate(rows):
+                if not (isinstance(row.get(field), str | int | float) and row_has_field(row, field)):
+                    raise DataError(f"{name} row {index}: missing field '{field}' (the {reward} reward needs it)")
 
 
 def check_prompt_lengths(

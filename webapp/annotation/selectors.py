@@ -407,6 +407,11 @@ def training_prompt_count(*, project_id: int) -> int:
     return Prompt.objects.filter(project_id=project_id).count()
 
 
+def training_prompt_with_answer_count(*, project_id: int) -> int:
+    """How many rows of `prompts_for_training` hold an answer (a reference answer that is not empty)."""
+    return Prompt.objects.filter(project_id=project_id).exclude(reference_answer="").count()
+
+
 def prompts_to_sample(*, project_id: int, responses_per_prompt: int) -> list[Prompt]:
     """A sampling job's prompts: the annotatable ones with fewer than `responses_per_prompt` responses."""
     return list(

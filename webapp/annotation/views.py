@@ -253,8 +253,27 @@ def project_detail(request: HttpRequest, project_id: int) -> HttpResponse:
 @researcher_required
 def project_progress(request: HttpRequest, project_id: int) -> HttpResponse:
     project = _project(request, project_id)
-    return render(request, "annotation/project_detail.html#progress",
+    return render(request, "annotation/_project_progress.html",
                   {"project": project, "progress": selectors.project_progress(project)})
+
+
+@researcher_required
+def project_data(request: HttpRequest, project_id: int) -> HttpResponse:
+    """The Data card alone: fetched again by the project page when one of its jobs ends."""
+    project = _project(request, project_id)
+    return render(request, "annotation/_project_data.html", {"project": project, "data": selectors.project_data(project)})
+
+
+# htmx fires this event from a job's line when the job's answer says it ended; the cards whose counts a job
+# changes (Data, Progress) fetch themselves again on it, so they never wait for a reload
+JOB_FINISHED_EVENT = "job-finished"
+
+
+def _job_line(request: HttpRequest, partial: str, job: ImportJob | SamplingJob, **context: object) -> HttpResponse:
+    response = render(request, f"annotation/project_detail.html#{partial}", {"job": job, **context})
+    if not job.is_active:
+        response["HX-Trigger"] = JOB_FINISHED_EVENT
+    return response
 
 
 ITEMS_PER_PAGE = 25
@@ -314,7 +333,7 @@ def project_import(request: HttpRequest, project_id: int) -> HttpResponse:
 @researcher_required
 def import_job_status(request: HttpRequest, job_id: int) -> HttpResponse:
     job = _job_of_a_visible_project(request, ImportJob, job_id)
-    return render(request, "annotation/project_detail.html#import_job", {"job": job})
+    return _job_line(request, "import_job", job)
 
 
 @require_POST
@@ -344,7 +363,7 @@ def sampling_create(request: HttpRequest, project_id: int) -> HttpResponse:
 @researcher_required
 def sampling_job_status(request: HttpRequest, job_id: int) -> HttpResponse:
     job = _job_of_a_visible_project(request, SamplingJob, job_id)
-    return render(request, "annotation/project_detail.html#job", {"job": job})
+    return _job_line(request, "job", job)
 
 
 @require_POST
@@ -371,7 +390,7 @@ def _sampling_job_answer(request: HttpRequest, job: SamplingJob, *, refusal: str
     to the project, where the refusal is a message."""
     if request.htmx:
         job.refresh_from_db()
-        return render(request, "annotation/project_detail.html#job", {"job": job, "refusal": refusal})
+        return _job_line(request, "job", job, refusal=refusal)
     if refusal:
         messages.error(request, refusal)
     return redirect("annotation:project_detail", project_id=job.project_id)

@@ -14,12 +14,15 @@ from typing import Any
 from django.core.exceptions import ValidationError
 
 from trainer.builtin_datasets import arithmetic
-from trainer.formats.jsonl import read_jsonl_file
+from trainer.formats.jsonl import JsonlError, numbered_jsonl_lines, read_jsonl_file, text_lines
 from trainer.kinds import run_kind
+from trainer.rewards import reward_row_fields, row_has_field
 from webapp.annotation import selectors as annotation_selectors
 
 DATA_SOURCE_TYPES = ("arithmetic", "project_pairs", "project_prompts", "upload")
 ARITHMETIC_EVAL_ROWS = 8
+# a kept upload was checked a line at a time under the same bound (services.launches.UPLOAD_LINE_MAX_BYTES)
+KEPT_UPLOAD_LINE_MAX_BYTES = 64 * 2**20
 
 
 def data_source_check(kind: str, source: Mapping[str, Any]) -> None:
@@ -45,6 +48,59 @@ def data_source_check(kind: str, source: Mapping[str, Any]) -> None:
         raise ValidationError({"upload": "the uploaded file is missing; upload it again"})
     if source_type.startswith("project_") and not isinstance(source.get("project_id"), int):
         raise ValidationError({"project": "choose a project"})
+
+
+def data_source_rewards_check(kind: str, config: Mapping[str, Any], source: Mapping[str, Any]) -> None:
+    """Refuse the rewards of an online run whose checked data source lacks a row field one of them reads (e.g.
+    answer_match on prompts without a reference answer, where every reward would be 0 or the first step fails),
+    naming the reward, the field and how many rows lack it."""
+    if not run_kind(kind).online:
+        return
+    for reward, fields in reward_row_fields(config.get("rewards") or {}).items():
+        for field in fields:
+            counted = _rows_having(source, field)
+            if counted is None:
+                continue
+            having, total = counted
+            if having < total:
+                lacking = "have none" if having == 0 else f"lack it in {total - having}"
+                raise ValidationError({f"rewards.{reward}": (
+                    f"reward {reward} needs each prompt's `{field}`; {_rows_described(source)} {lacking} "
+                    f"({having} of {total} have one): give every row its {field}, or leave {reward} out")})
+
+
+def _rows_described(source: Mapping[str, Any]) -> str:
+    if source["type"] == "upload":
+        return f"the rows of {source.get('name') or 'the uploaded file'}"
+    return f"project {source['project_id']}'s prompts"
+
+
+def _rows_having(source: Mapping[str, Any], field: str) -> tuple[int, int] | None:
+    """(rows holding `field`, rows) of a data source, or None where every row holds what rewards read (the built-in
+    task) or the source's rows are not the prompts a reward reads."""
+    if source["type"] == "project_prompts":
+        if field == "answer":
+            return (annotation_selectors.training_prompt_with_answer_count(project_id=source["project_id"]),
+                    annotation_selectors.training_prompt_count(project_id=source["project_id"]))
+        rows = annotation_selectors.prompts_for_training(project_id=source["project_id"])
+        return sum(row_has_field(row, field) for row in rows), len(rows)
+    if source["type"] == "upload":
+        return _upload_rows_having(Path(source["path"]), field)
+    return None
+
+
+def _upload_rows_having(path: Path, field: str) -> tuple[int, int]:
+    """Read a line at a time: a kept upload may be as large as the upload limit."""
+    having = total = 0
+    try:
+        with path.open("rb") as stream:
+            lines = text_lines(stream, name=path.name, max_line_bytes=KEPT_UPLOAD_LINE_MAX_BYTES)
+            for _, row in numbered_jsonl_lines(lines, name=path.name):
+                total += 1
+                having += row_has_field(row, field)
+    except (OSError, JsonlError) as error:
+        raise ValidationError({"upload": f"the uploaded file cannot be read ({error}); upload it again"}) from None
+    return having, total
 
 
 def _level_limit_reason(level: int) -> str:

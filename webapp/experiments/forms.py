@@ -115,11 +115,18 @@ class LaunchForm(forms.Form):
     upload = forms.FileField(required=False, help_text="JSONL; one object per line with the fields the kind needs.")
 
     def __init__(self, *args: Any, kind: str, user: AbstractBaseUser, initial_config: dict[str, Any] | None = None,
-                 **kwargs: Any) -> None:
-        """`user`: who launches; the projects and checkpoints offered are those they see."""
+                 kept_upload: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        """`user`: who launches; the projects and checkpoints offered are those they see. `kept_upload`: a forked
+        run's uploaded data source, trained on unless another file is chosen (selectors.inherited_upload)."""
         super().__init__(*args, **kwargs)
         self.kind = kind
+        self.kept_upload = kept_upload
         self.fields["upload"].help_text += f" At most {limit_text()}."
+        if kept_upload:
+            self.fields["upload"].help_text = (
+                f"Kept from the parent run: {kept_upload.get('name', 'its file')}"
+                f"{', ' + counted(kept_upload['rows'], 'row') if kept_upload.get('rows') else ''}. "
+                f"Choose a file only to train on another. {self.fields['upload'].help_text}")
         self.fields["project"].choices = [("", "— choose —")] + [
             (project_id, f"{name} ({counted(pairs, 'pair')}, {counted(prompts, 'prompt')})")
             for project_id, name, pairs, prompts in _projects(user)
@@ -213,6 +220,9 @@ class LaunchForm(forms.Form):
             self.add_error(None, error.messages)
             return
         for field, messages in error.message_dict.items():
+            # the service names a reward as rewards.<name>; the form shows each reward as its own field
+            if field.startswith("rewards.") and REWARD_PREFIX + field.removeprefix("rewards.") in self.fields:
+                field = REWARD_PREFIX + field.removeprefix("rewards.")
             if field in self.fields:
                 self.add_error(field, messages)
             else:

@@ -56,6 +56,28 @@ def launch_initial_config(kind: str, parent: Run | None, preset: str) -> dict[st
     return with_preset(kind, preset, {}) if preset else None
 
 
+def fork_initial(parent: Run) -> dict[str, Any]:
+    """The launch form's own fields (name and data source) as the parent run had them; its config fields come from
+    launch_initial_config. An upload is kept, not shown in a file field: see inherited_upload."""
+    source = parent.data_source
+    initial: dict[str, Any] = {"name": f"{parent.name} (fork)", "data_source": source.get("type")}
+    if source.get("type") == "arithmetic":
+        initial.update(level=source.get("level"), size=source.get("size"))
+    elif source.get("project_id") is not None:
+        initial["project"] = source["project_id"]
+    return initial
+
+
+def inherited_upload(parent: Run | None) -> dict[str, Any] | None:
+    """The parent's uploaded data source, which its fork trains on unless another file is uploaded; None when the
+    parent trained on no upload, or its kept file is gone."""
+    if parent is None or parent.data_source.get("type") != "upload":
+        return None
+    if not Path(str(parent.data_source.get("path", ""))).is_file():
+        return None
+    return dict(parent.data_source)
+
+
 def runs_visible_to(user: AbstractBaseUser) -> QuerySet[Run]:
     """The one rule of who reaches a run (its pages, chart data, samples, API, and its checkpoints as models): an
     admin every run; anyone else the runs they launched and the runs whose data source is a project they reach

@@ -102,8 +102,10 @@ def run_launch(request: HttpRequest) -> HttpResponse:
         initial_config = selectors.launch_initial_config(kind, parent, preset)
     except ConfigError as error:
         raise Http404(error.message) from error
+    kept_upload = selectors.inherited_upload(parent)
     if request.method == "POST":
-        form = LaunchForm(request.POST, request.FILES, kind=kind, initial_config=initial_config, user=request.user)
+        form = LaunchForm(request.POST, request.FILES, kind=kind, initial_config=initial_config, user=request.user,
+                          kept_upload=kept_upload)
         run = _launch(request, form, parent)
         if run is not None:
             # run_detail.js drops this message once the run's status is no longer "queued"
@@ -114,10 +116,9 @@ def run_launch(request: HttpRequest) -> HttpResponse:
         if not form.queue_unavailable:
             status = HTTPStatus.UNPROCESSABLE_ENTITY
     else:
-        initial = {"name": f"{parent.name} (fork)"} if parent else {}
-        if parent and parent.data_source.get("type") == "arithmetic":
-            initial.update(level=parent.data_source["level"], size=parent.data_source["size"])
-        form = LaunchForm(kind=kind, initial_config=initial_config, initial=initial, user=request.user)
+        initial = selectors.fork_initial(parent) if parent else {}
+        form = LaunchForm(kind=kind, initial_config=initial_config, initial=initial, user=request.user,
+                          kept_upload=kept_upload)
     context = {"form": form, "kind": kind, "kinds": kinds, "parent": parent, "preset": preset,
                "presets": presets, "has_models": selectors.models_visible_to(request.user).exists()}
     return render(request, "experiments/run_launch.html", context, status=status)
@@ -130,6 +131,10 @@ def _launch(request: HttpRequest, form: LaunchForm, parent: Run | None) -> Run |
         source = form.data_source_value()
         name = form.cleaned_data.get("name", "")
         if source["type"] == "upload":
+            if not form.cleaned_data.get("upload") and form.kept_upload and parent is not None:
+                return services.run_create_on_kept_upload(
+                    parent=parent, kind=form.kind, config=form.config(), created_by=request.user, name=name,
+                )
             if not form.cleaned_data.get("upload"):
                 raise ValidationError({"upload": "choose a JSONL file to upload"})
             return services.run_create_from_upload(

@@ -27,6 +27,7 @@ from webapp.experiments.services.external import (
 from webapp.experiments.services.launches import (
     UPLOAD_LINE_MAX_BYTES,
     run_create_from_upload,
+    run_create_on_kept_upload,
     run_fork,
     run_launch,
     upload_store,
@@ -90,6 +91,7 @@ __all__ = [
     "MODEL_FIELDS",
     "UPLOAD_LINE_MAX_BYTES",
     "run_create_from_upload",
+    "run_create_on_kept_upload",
     "run_fork",
     "run_launch",
     "upload_store",

@@ -75,6 +75,24 @@ def run_create_from_upload(
         raise
 
 
+def run_create_on_kept_upload(
+    *, parent: Run, kind: str, config: Mapping[str, Any], created_by: AbstractBaseUser | None, name: str = "",
+) -> Run:
+    """A fork launched from the form without a new file: it trains on the parent's kept upload, which was checked
+    for the rows of the parent's kind (upload_store), so a kind needing other rows is asked for a file of its own.
+    The file is shared, never removed here: the parent's page still names it."""
+    source = parent.data_source
+    if source.get("type") != "upload":
+        raise ValidationError({"upload": f"run #{parent.pk} trained on no uploaded file: choose a JSONL file to "
+                                         "upload"})
+    if run_kind(kind).row_fields != run_kind(parent.kind).row_fields:
+        fields = ", ".join(run_kind(kind).row_fields)
+        raise ValidationError({"upload": f"run #{parent.pk}'s file {source.get('name', '')} holds {parent.kind} "
+                                         f"rows; a {kind} run needs {fields}: upload a file for it"})
+    return run_create(kind=kind, config=config, data_source=dict(source), created_by=created_by, name=name,
+                      parent=parent)
+
+
 # --- launches and forks from a program (the API) -------------------------------------------------------------
 
 

@@ -22,7 +22,7 @@ from trainer.kinds import KINDS, config_from_dict, run_kind
 from webapp import job_lifecycle as lifecycle
 from webapp.celery_app import RUN_TRAINING
 from webapp.experiments import selectors
-from webapp.experiments.data_sources import data_source_check, data_source_rows
+from webapp.experiments.data_sources import data_source_check, data_source_rewards_check, data_source_rows
 from webapp.experiments.models import EXTERNAL_KIND, MODEL_FIELDS, MetricRow, ModelRef, Run, Sample
 from webapp.experiments.services.registry import _resolved_model_fields, model_resolve
 from webapp.queueing import publish_before_commit, publish_on_commit
@@ -117,6 +117,7 @@ def run_create(
     checked = _validated_config(kind, config, str(settings.RUNS_DIR / "new"))
     data_source_check(kind, data_source)
     _data_size_check(kind, checked, data_source)
+    data_source_rewards_check(kind, checked, data_source)
     run = Run.objects.create(
         name=name.strip() or f"{kind} run", kind=kind, config={}, data_source=dict(data_source),
         created_by=created_by, parent=parent,
