@@ -77,7 +77,7 @@ def round_responses_add(
             return _store(prompt, new, set_round=round_)
         compared = compared_response(round_=round_, prompt=prompt)
         shown = annotation_mode(round_.project.mode).responses_shown(round_.project.responses_per_item)
-        per_item = max(shown - 1, 1) if compared is not None else len(new)
+        per_item = max(shown - 1, 1) if compared is not None else max(len(new), 1)
         created: list[Response] = []
         for start in range(0, len(new), per_item):
             item = _round_item(prompt, round_)
@@ -103,7 +103,8 @@ def _store(prompt: Prompt, responses: list[Response], *, set_round: Round | None
 
 def _round_item(prompt: Prompt, round_: Round) -> Prompt:
     """A new item repeating `prompt` for `round_`, titled after it: `chat-0 · round 2` (then `· 2`, `· 3`, ...)."""
-    title = f"{prompt.external_id} · round {round_.number}"
+    # cut so that the title and its suffixes fit the column (200 characters)
+    title = f"{prompt.external_id[:160]} · round {round_.number}"
     taken = set(Prompt.objects.filter(project_id=prompt.project_id, external_id__startswith=title)
                 .values_list("external_id", flat=True))
     external_id, count = title, 1
