@@ -131,7 +131,7 @@ def sampling_job_cancel(*, job_id: int) -> None:
 
 
 def sampling_job_resume(*, job_id: int) -> None:
-    """Queue a failed or canceled job again: it fills only the prompts still short of responses, so nothing is
+    """Queue a failed or canceled job again: it samples only the prompts its round has not reached, so nothing is
     sampled twice. QueueUnavailable (a ValidationError) if the broker cannot take it; the job then stays as it was
     (failed or canceled, with its error)."""
     with transaction.atomic():
