@@ -1,5 +1,5 @@
-"""A sampling job's execution on a GPU worker: fill each prompt of a project lacking responses up to K with
-samples from a model. Every write goes through the annotation services.
+"""A sampling job's execution on a GPU worker: K samples from a model for each prompt of the project, as the job's
+round (webapp/annotation/services/rounds.py places them). Every write goes through the annotation services.
 
 Prompts are formatted by trainer.formats.chat, as training formats them: on a model with a chat template every prompt is
 a conversation (a text prompt is one user turn) sent through the template with the generation prompt, and
@@ -33,12 +33,16 @@ def _end(job_id: int, finished: bool) -> None:
 
 
 def _sample_into_project(job: SamplingJob) -> bool:
-    """Fill the prompts short of responses, batch by batch; False if it stopped early on a cancel. A resumed job
-    continues its count: the prompts it filled before are not selected again."""
+    """Sample the round's prompts batch by batch; False if it stopped early on a cancel. A resumed job continues its
+    count: the prompts it sampled before are not selected again."""
     options = job.generation_settings
     per_prompt = int(options["responses_per_prompt"])
     path = services.model_path_check(job.model_path)
-    prompts = selectors.prompts_to_sample(project_id=job.project_id, responses_per_prompt=per_prompt)
+    # a job made before rounds fills prompts up to K as jobs did then; a round's job samples each prompt once
+    if job.round_id is None:
+        prompts = selectors.prompts_to_sample(project_id=job.project_id, responses_per_prompt=per_prompt)
+    else:
+        prompts = selectors.prompts_to_sample_for_round(round_id=job.round_id)
     done = job.progress_done if job.progress_total else 0
     services.sampling_job_progress(job_id=job.pk, done=done, total=done + len(prompts))
     if not prompts:
@@ -65,8 +69,12 @@ def _sample_into_project(job: SamplingJob) -> bool:
         responses = _response_texts(samples, tokenizer, end_ids=backend.end_token_ids)
         for index, prompt in enumerate(batch):
             texts = responses[index * per_prompt : (index + 1) * per_prompt]
-            services.responses_add(prompt_id=prompt.pk, texts=texts[: per_prompt - prompt.response_count],
-                                   source=Response.Source.MODEL, source_detail=detail)
+            if job.round_id is None:
+                services.responses_add(prompt_id=prompt.pk, texts=texts[: per_prompt - prompt.response_count],
+                                       source=Response.Source.MODEL, source_detail=detail)
+            else:
+                services.round_responses_add(round_id=job.round_id, prompt_id=prompt.pk, texts=texts,
+                                             source=Response.Source.MODEL, source_detail=detail)
         done += len(batch)
         services.sampling_job_progress(job_id=job.pk, done=done)
     return True

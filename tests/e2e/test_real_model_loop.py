@@ -1,10 +1,15 @@
 """The whole loop on a real chat model (SmolLM2-135M-Instruct), on a real Celery worker: chat prompts imported
 as conversational JSONL, 2 responses each sampled through the chat template, ranked on the annotation page
 (which shows the conversation's turns and no special token), exported as TRL conversational JSONL, then a reward-model run and a DPO run on the project's pairs and a 2-step GRPO run on its
-prompts scored by that reward model, all succeeding with finite metrics. Kept tiny: a few minutes on a CPU."""
+prompts scored by that reward model, all succeeding with finite metrics; then round 2: responses sampled from the
+DPO checkpoint through the project page's form into the same project, shown to the annotator beside round 1's
+best-ranked ones, ranked into pairs that name both rounds, and the project page's win rate of round 2's model over
+round 1's with its interval. Kept tiny: a few minutes on a CPU (each step's time is printed, for the README)."""
 
 import json
 import math
+import re
+import time
 
 import pytest
 from django.urls import reverse
@@ -15,7 +20,7 @@ from tests.e2e.annotating import wait_ranked
 from tests.e2e.conftest import log_in
 from tests.webapp.experiments.helpers import run_status, wait_for
 from webapp.annotation import services as annotation_services
-from webapp.annotation.models import ImportJob, PreferencePair, Project, Prompt, Response, SamplingJob
+from webapp.annotation.models import ImportJob, PreferencePair, Project, Prompt, Response, Round, SamplingJob
 from webapp.experiments import services
 from webapp.experiments.models import MetricRow, ModelRef, Run
 
@@ -65,6 +70,12 @@ def test_sample_rank_export_and_train_on_smollm2(
     worker = celery_worker_factory(queues=("default", "gpu"), PREFLAB_MODEL_ROOTS=str(smollm2_dir.parent),
                                    OMP_NUM_THREADS="2")
     client.force_login(researcher)
+    took: dict[str, float] = {}
+    clock = time.monotonic()
+
+    def step(name: str) -> None:
+        nonlocal clock
+        took[name], clock = time.monotonic() - clock, time.monotonic()
 
     # 1. chat prompts imported through the project's import form, as conversational JSONL
     project = annotation_services.project_create(name="chat loop", mode=Project.Mode.PAIRWISE, responses_per_item=2,
@@ -87,6 +98,7 @@ def test_sample_rank_export_and_train_on_smollm2(
              timeout_s=600, what="the sampling job")
     job.refresh_from_db()
     assert job.status == SamplingJob.Status.SUCCEEDED, f"{job.error}\n{worker.log_tail()}"
+    step("import and round 1 sampling")
     responses = list(Response.objects.filter(prompt__project=project))
     assert len(responses) == 2 * len(QUESTIONS)
     assert all(response.source_detail["chat_template"] for response in responses)
@@ -110,6 +122,7 @@ def test_sample_rank_export_and_train_on_smollm2(
         page.keyboard.press("a" if better == shown[0] else "b")
         wait_ranked(page, ranked)
     assert page.js_errors == []
+    step("round 1 ranked in the browser")
     pair_count = PreferencePair.objects.filter(project=project).count()
     assert pair_count >= len(QUESTIONS) - 1  # a pair with an empty response is not kept
 
@@ -132,6 +145,7 @@ def test_sample_rank_export_and_train_on_smollm2(
     reward_run = services.run_create(kind="reward_model", config={"model": model.path, **SHORT, "lr": 1e-5},
                                      data_source=pairs, created_by=researcher, name="chat reward model")
     reward_run = _wait_for_run(reward_run, timeout_s=600, worker=worker)
+    step("reward model, 2 steps")
     reward_checkpoint = ModelRef.objects.filter(run=reward_run).order_by("-step").first()
     assert reward_checkpoint is not None and reward_checkpoint.architecture == ModelRef.Architecture.CLASSIFIER
     assert "accuracy" in " ".join(_finite_metrics(reward_run))
@@ -144,13 +158,73 @@ def test_sample_rank_export_and_train_on_smollm2(
                 "rewards": {}, "reward_model": reward_checkpoint.path, "beta": 0.04},
         data_source={"type": "project_prompts", "project_id": project.pk}, created_by=researcher, name="chat grpo")
     dpo_run = _wait_for_run(dpo_run, timeout_s=600, worker=worker)
+    step("DPO, 2 steps")
     dpo_metrics = _finite_metrics(dpo_run)
     assert dpo_run.current_step == 2 and "loss" in dpo_metrics
     grpo_run = _wait_for_run(grpo_run, timeout_s=600, worker=worker)
+    step("GRPO, 2 steps")
     grpo_metrics = _finite_metrics(grpo_run)
     assert grpo_run.current_step == 2 and "reward/reward_model" in " ".join(grpo_metrics), grpo_metrics
     assert Project.objects.get(pk=project.pk).prompts.count() == len(QUESTIONS)
+
+    # 6. round 2: sampled from the DPO checkpoint through the project page's form, compared with round 1
+    dpo_checkpoint = ModelRef.objects.filter(run=dpo_run).order_by("-step").first()
+    assert dpo_checkpoint is not None and dpo_checkpoint.architecture == ModelRef.Architecture.CAUSAL_LM
+    page.goto(f"{live_server.url}/projects/{project.pk}/")
+    page.fill("#id_model_path", dpo_checkpoint.name)
+    for name, value in SAMPLING.items():
+        page.fill(f"#id_{name}", str(value))
+    assert page.locator("#id_compare_with option:checked").inner_text() == "the latest round"
+    page.click("#sampling button[type=submit]")
+    wait_for(lambda: SamplingJob.objects.filter(project=project, round__number=2).exclude(
+        status__in=(SamplingJob.Status.QUEUED, SamplingJob.Status.RUNNING)).exists(),
+        timeout_s=600, what="round 2's sampling job")
+    second_job = SamplingJob.objects.select_related("round").get(project=project, round__number=2)
+    assert second_job.status == SamplingJob.Status.SUCCEEDED, f"{second_job.error}\n{worker.log_tail()}"
+    step("round 2 sampled from the DPO checkpoint")
+    first_round, second_round = Round.objects.get(project=project, number=1), second_job.round
+    assert second_round.compared_with == first_round and second_round.model == dpo_checkpoint.name
+    new_items = list(Prompt.objects.filter(project=project, round=second_round).order_by("id"))
+    assert len(new_items) == 2 * len(QUESTIONS)  # pairwise: each new response beside round 1's best, one item each
+    assert all(item.origin_id and item.response_count == 2 for item in new_items)
+    assert Response.objects.filter(round=second_round, copy_of__isnull=True).count() == 2 * len(QUESTIONS)
+    # round 1's items are as they were
+    assert sorted(Prompt.objects.filter(project=project, origin__isnull=True).values_list("response_count",
+                                                                                          flat=True)) == [2] * 4
+
+    # 7. the annotator is shown round 2's items: one round 1 response (copied) beside one of round 2
+    page.goto(f"{live_server.url}/annotate/{project.pk}/")
+    texts = dict(Response.objects.filter(prompt__project=project).values_list("pk", "text"))
+    rounds_of = dict(Response.objects.filter(prompt__project=project).values_list("pk", "round__number"))
+    for ranked in range(len(QUESTIONS) + 1, len(QUESTIONS) + len(new_items) + 1):
+        page.wait_for_selector(".response:focus")
+        shown = [int(i) for i in page.locator(".response").evaluate_all("rs => rs.map(r => r.dataset.responseId)")]
+        assert sorted(rounds_of[pk] for pk in shown) == [1, 2], shown
+        better = min(shown, key=lambda pk: (not texts[pk].strip(), len(texts[pk])))
+        page.keyboard.press("a" if better == shown[0] else "b")
+        wait_ranked(page, ranked)
+    assert page.js_errors == []
+    step("round 2 ranked in the browser")
+    round_pairs = PreferencePair.objects.filter(prompt__round=second_round)
+    assert round_pairs.exists()
+    assert all({pair.chosen.round.number, pair.rejected.round.number} == {1, 2} for pair in round_pairs)
+    exported = client.get(reverse("annotation:project_export", args=[project.pk, "pairs.jsonl"]))
+    rows = [json.loads(line) for line in b"".join(exported.streaming_content).decode().splitlines()]
+    assert {(row["chosen_round"], row["rejected_round"]) for row in rows} >= {(1, 1)}
+    assert {frozenset((row["chosen_model"], row["rejected_model"])) for row in rows
+            if row["chosen_round"] != row["rejected_round"]} == {frozenset((dpo_checkpoint.name, first_round.model))}
+
+    # 8. the project page: round 2's model against round 1's, its win rate and interval
+    page.goto(f"{live_server.url}/projects/{project.pk}/")
+    win_rate = page.inner_text("#round-2 .win-rate")
+    assert re.match(r"\d+ % \(\d+–\d+ %\) \d+ won · \d+ tied · \d+ lost of \d+$", win_rate), win_rate
+    # one comparison per ranked new item: A or B by key, so none tied
+    assert win_rate.endswith(f" · 0 tied · {win_rate.split(' lost')[0].rsplit(' ', 1)[1]} lost of {len(new_items)}")
+    step("project page's win rate")
+
     # the figures, for whoever runs this with -s
+    print(f"\nround 2 win rate over round 1: {win_rate}")
+    print("took: " + ", ".join(f"{name} {seconds:.0f} s" for name, seconds in took.items()))
     print(f"\nsampled: {[r.text[:60] for r in responses]}")
     for run, metrics in ((reward_run, _finite_metrics(reward_run)), (dpo_run, dpo_metrics), (grpo_run, grpo_metrics)):
         took = (run.finished_at - run.started_at).total_seconds()

@@ -85,7 +85,7 @@ def _seed_chat_project(stdout, members: list[User]) -> None:
         stdout.write(f"demo sampling job #{existing.pk} exists ({existing.status}) for '{CHAT_PROJECT_NAME}'")
         return
     researcher = _demo_researcher(members)
-    job = services.sampling_job_create(project=project, model_path=model.path, generation_settings=dict(CHAT_SAMPLING),
+    job = services.sampling_job_create(project=project, model_path=model.name, generation_settings=dict(CHAT_SAMPLING),
                                        created_by=researcher)
     stdout.write(f"demo sampling job #{job.pk} queued: 2 responses per prompt from {model.name} (the worker runs it)")
 

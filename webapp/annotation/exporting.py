@@ -15,7 +15,8 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-PAIR_COLUMNS = ("prompt", "chosen", "rejected", "weight", "margin", "ranking_id", "annotator")
+PAIR_COLUMNS = ("prompt", "chosen", "rejected", "weight", "margin", "ranking_id", "annotator", "chosen_round",
+                "rejected_round", "chosen_model", "rejected_model")
 # Spreadsheets run a cell that starts with one of these as a formula (CSV injection, OWASP).
 _FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
@@ -82,7 +83,9 @@ def pair_features(*, conversational: bool = False):  # -> datasets.Features, imp
     turns = List({"role": text, "content": text})
     dialogue = turns if conversational else text
     return Features({"prompt": dialogue, "chosen": dialogue, "rejected": dialogue, "weight": number,
-                     "margin": number, "ranking_id": Value("int64"), "annotator": text})
+                     "margin": number, "ranking_id": Value("int64"), "annotator": text,
+                     "chosen_round": Value("int64"), "rejected_round": Value("int64"), "chosen_model": text,
+                     "rejected_model": text})
 
 
 def save_dataset(

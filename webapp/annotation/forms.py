@@ -1,9 +1,11 @@
+from collections.abc import Sequence
+
 from django import forms
 from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 
 from webapp.annotation.importing import FORMATS
-from webapp.annotation.models import GENERATION_SETTING_BOUNDS, Project
+from webapp.annotation.models import GENERATION_SETTING_BOUNDS, Project, Round
 from webapp.annotation.preferences import STRATEGIES
 from webapp.annotation.services import guidelines_check
 from webapp.experiments.models import ModelRef
@@ -82,6 +84,9 @@ def _setting_field(field_class: type[forms.Field], name: str, **options: object)
     return field_class(min_value=least, max_value=most, **options)
 
 
+NO_COMPARISON = "none"
+
+
 class SamplingForm(forms.Form):
     model_path = forms.CharField(
         max_length=500,
@@ -95,10 +100,20 @@ class SamplingForm(forms.Form):
     temperature = _setting_field(forms.FloatField, "temperature", initial=1.0)
     top_p = _setting_field(forms.FloatField, "top_p", initial=1.0)
     seed = _setting_field(forms.IntegerField, "seed", initial=0)
+    compare_with = forms.ChoiceField(
+        required=False, label="Compare with",
+        help_text="Prompts that hold responses already get new items: the new responses beside this round's "
+                  "best-ranked response to the same prompt.",
+    )
 
-    def __init__(self, *args: object, user: User, **kwargs: object) -> None:
+    def __init__(self, *args: object, user: User, rounds: Sequence[Round] = (), **kwargs: object) -> None:
         super().__init__(*args, **kwargs)
         self.user = user
+        self.fields["compare_with"].choices = [
+            ("", "the latest round"), (NO_COMPARISON, "no round (each prompt's own best-ranked response)"),
+            *[(str(round_.number), f"round {round_.number} · {round_.model or round_.get_source_display()}")
+              for round_ in reversed(rounds)],
+        ]
 
     def known_models(self) -> list[ModelRef]:
         """The suggestions: causal LMs (and hub ids of unknown kind) the user sees, newest checkpoint of each run

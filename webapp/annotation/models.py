@@ -43,6 +43,31 @@ class Project(models.Model):
         return self.name
 
 
+class Round(models.Model):
+    """One batch of responses added to a project's prompts: a sampling job's, or responses added through the API.
+    A round that finds a prompt already holding responses puts its own in new items, each beside the response of
+    the round it is compared with (services/rounds.py), so already-ranked items never change."""
+
+    class Source(models.TextChoices):
+        SAMPLED = "sampled", "Sampled by a job"
+        API = "api", "Added through the API"
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="rounds")
+    number = models.PositiveIntegerField(help_text="1, 2, ... within the project.")
+    source = models.CharField(max_length=16, choices=Source.choices, default=Source.SAMPLED)
+    model = models.CharField(max_length=500, blank=True, help_text="The model its responses came from, as named.")
+    responses_per_prompt = models.PositiveSmallIntegerField(default=0)
+    compared_with = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["project", "number"]
+        constraints = [models.UniqueConstraint(fields=["project", "number"], name="round_number_unique")]
+
+    def __str__(self) -> str:
+        return f"round {self.number}"
+
+
 class Prompt(models.Model):
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="prompts")
     external_id = models.CharField(max_length=200)
@@ -54,6 +79,10 @@ class Prompt(models.Model):
     annotatable = models.BooleanField(default=True)
     response_count = models.PositiveIntegerField(default=0)
     ranking_count = models.PositiveIntegerField(default=0, help_text="Submitted rankings, skips excluded.")
+    # An item made for a round (null for one made before rounds, or imported); `origin` is the prompt it repeats
+    # when a later round made a new item of an already-answered prompt.
+    round = models.ForeignKey(Round, null=True, blank=True, on_delete=models.SET_NULL, related_name="items")
+    origin = models.ForeignKey("self", null=True, blank=True, on_delete=models.CASCADE, related_name="round_items")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -76,6 +105,9 @@ class Response(models.Model):
     text = models.TextField()
     source = models.CharField(max_length=16, choices=Source.choices, default=Source.IMPORTED)
     source_detail = models.JSONField(default=dict, blank=True, help_text="Model path and generation settings.")
+    # the round it came from; a copy (copy_of) keeps the round of the response it copies
+    round = models.ForeignKey(Round, null=True, blank=True, on_delete=models.SET_NULL, related_name="responses")
+    copy_of = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="copies")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -83,6 +115,13 @@ class Response(models.Model):
 
     def __str__(self) -> str:
         return self.text[:60]
+
+    @property
+    def model_name(self) -> str:
+        """The model it came from: its round's, else the one its sampling recorded (empty when unknown)."""
+        if self.round_id is not None:
+            return self.round.model
+        return str(self.source_detail.get("model", "")) if isinstance(self.source_detail, dict) else ""
 
 
 class Assignment(models.Model):
@@ -175,6 +214,7 @@ class SamplingJob(models.Model):
         CANCELED = "canceled", "Canceled"
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="sampling_jobs")
+    round = models.OneToOneField(Round, null=True, blank=True, on_delete=models.SET_NULL, related_name="sampling_job")
     model_path = models.CharField(max_length=500)
     generation_settings = models.JSONField(default=dict)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)

@@ -9,10 +9,11 @@ from datetime import timedelta
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Count, Exists, OuterRef, Prefetch, Q, QuerySet
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from webapp.accounts.roles import is_admin, is_researcher
-from webapp.annotation import agreement
+from webapp.annotation import agreement, winrates
 from webapp.annotation.exporting import conversational_rows
 from webapp.annotation.models import (
     Assignment,
@@ -22,6 +23,7 @@ from webapp.annotation.models import (
     Prompt,
     Ranking,
     Response,
+    Round,
     SamplingJob,
 )
 from webapp.annotation.modes import annotation_mode
@@ -251,6 +253,21 @@ def sampling_jobs(project: Project) -> QuerySet[SamplingJob]:
 
 _PAIR_FIELDS = ("prompt_id", "prompt__text", "prompt__messages", "chosen__text", "rejected__text", "weight",
                 "margin", "ranking_id", "ranking__annotator__username")
+# each answer's round (its number in the project, None for an imported one) and the model its round names
+_PAIR_ROUND_FIELDS = ("chosen__round__number", "rejected__round__number", "chosen__round__model",
+                      "rejected__round__model")
+
+
+def _pair_rounds(chosen_round: int | None, rejected_round: int | None, chosen_model: str | None,
+                 rejected_model: str | None) -> dict:
+    return {"chosen_round": chosen_round, "rejected_round": rejected_round, "chosen_model": chosen_model or "",
+            "rejected_model": rejected_model or ""}
+
+
+def response_rounds(*, prompt_id: int) -> dict[int, tuple[int | None, str | None]]:
+    """The prompt's responses' (round number, round model) by id, for the pair rows derived on the way."""
+    return {pk: (number, model) for pk, number, model in
+            Response.objects.filter(prompt_id=prompt_id).values_list("pk", "round__number", "round__model")}
 
 
 def chat_sampled_prompt_ids(*, project_id: int) -> set[int]:
@@ -314,21 +331,24 @@ def pair_rows(*, project_id: int, strategy: str = "all") -> Iterator[dict]:
     if strategy != "all":
         stored = stored.filter(ranking__isnull=True)
     chat_sampled = chat_sampled_prompt_ids(project_id=project_id)
-    for prompt_id, text, messages, chosen, rejected, weight, margin, ranking_id, annotator in stored.values_list(
-        *_PAIR_FIELDS
-    ).iterator(chunk_size=2000):
+    for (prompt_id, text, messages, chosen, rejected, weight, margin, ranking_id, annotator,
+         *rounds) in stored.values_list(*_PAIR_FIELDS, *_PAIR_ROUND_FIELDS).iterator(chunk_size=2000):
         yield {**_trl_pair(text, messages, chosen, rejected, chat_sampled=prompt_id in chat_sampled),
-               "weight": weight, "margin": margin, "ranking_id": ranking_id, "annotator": annotator}
+               "weight": weight, "margin": margin, "ranking_id": ranking_id, "annotator": annotator,
+               **_pair_rounds(*rounds)}
     if strategy == "all":
         return
     rankings = rankings_with_pairs(project_id=project_id).select_related("prompt", "annotator")
     for ranking in rankings.iterator(chunk_size=500):
         texts = response_texts(prompt_id=ranking.prompt_id)
+        rounds = response_rounds(prompt_id=ranking.prompt_id)
         for pair in ranking_pairs(ranking.tiers, texts, strategy=strategy):
+            (chosen_round, chosen_model), (rejected_round, rejected_model) = rounds[pair.chosen], rounds[pair.rejected]
             yield {**_trl_pair(ranking.prompt.text, ranking.prompt.messages, texts[pair.chosen], texts[pair.rejected],
                                chat_sampled=ranking.prompt_id in chat_sampled),
                    "weight": pair.weight, "margin": pair.margin, "ranking_id": ranking.pk,
-                   "annotator": ranking.annotator.get_username()}
+                   "annotator": ranking.annotator.get_username(),
+                   **_pair_rounds(chosen_round, rejected_round, chosen_model, rejected_model)}
 
 
 def pair_count(*, project_id: int, strategy: str = "all") -> int:
@@ -378,13 +398,14 @@ def ranking_rows(*, project_id: int) -> Iterator[dict]:
 
 def project_prompts(*, project_id: int) -> QuerySet[Prompt]:
     """A project's prompts, oldest first, each with its responses in the order they were added."""
-    responses = Prefetch("responses", queryset=Response.objects.order_by("id"))
+    responses = Prefetch("responses", queryset=Response.objects.select_related("round").order_by("id"))
     return Prompt.objects.filter(project_id=project_id).order_by("id").prefetch_related(responses)
 
 
 def preference_pairs_for_training(*, project_id: int, strategy: str = "all") -> list[dict]:
     return [
-        {key: row[key] for key in ("prompt", "chosen", "rejected", "weight", "margin")}
+        {key: row[key] for key in ("prompt", "chosen", "rejected", "weight", "margin", "chosen_round",
+                                   "rejected_round", "chosen_model", "rejected_model")}
         for row in pair_rows(project_id=project_id, strategy=strategy)
     ]
 
@@ -396,7 +417,8 @@ def prompts_for_training(*, project_id: int) -> list[dict]:
     return [
         {"prompt": trl_prompt(text, messages, chat_sampled=prompt_id in chat_sampled), "answer": answer or None,
          "metadata": metadata}
-        for prompt_id, text, messages, answer, metadata in Prompt.objects.filter(project_id=project_id)
+        for prompt_id, text, messages, answer, metadata in Prompt.objects.filter(project_id=project_id,
+                                                                                  origin__isnull=True)
         .order_by("id")
         .values_list("id", "text", "messages", "reference_answer", "metadata")
     ]
@@ -404,7 +426,7 @@ def prompts_for_training(*, project_id: int) -> list[dict]:
 
 def training_prompt_count(*, project_id: int) -> int:
     """How many rows `prompts_for_training` gives."""
-    return Prompt.objects.filter(project_id=project_id).count()
+    return Prompt.objects.filter(project_id=project_id, origin__isnull=True).count()
 
 
 def training_prompt_with_answer_count(*, project_id: int) -> int:
@@ -418,6 +440,16 @@ def prompts_to_sample(*, project_id: int, responses_per_prompt: int) -> list[Pro
         Prompt.objects.filter(project_id=project_id, annotatable=True, response_count__lt=responses_per_prompt)
         .order_by("id")
     )
+
+
+def prompts_to_sample_for_round(*, round_id: int) -> list[Prompt]:
+    """A round's sampling prompts: the project's own prompts (not the items rounds made from them, nor imported
+    pairs) that hold no response of the round yet, so a resumed job samples none twice."""
+    round_ = Round.objects.get(pk=round_id)
+    done = set(Response.objects.filter(round=round_, copy_of__isnull=True).annotate(
+        original=Coalesce("prompt__origin_id", "prompt_id")).values_list("original", flat=True))
+    prompts = Prompt.objects.filter(project_id=round_.project_id, annotatable=True, origin__isnull=True)
+    return [prompt for prompt in prompts.order_by("id") if prompt.pk not in done]
 
 
 def projects_for_training(user: AbstractBaseUser) -> list[tuple[int, str, int, int]]:
@@ -507,7 +539,7 @@ def item_rows(*, project: Project, prompts: Sequence[Prompt]) -> list[ItemRow]:
         skips=Count("rankings", filter=Q(rankings__skipped=True), distinct=True),
         all_bad_count=Count("rankings", filter=Q(rankings__all_bad=True, rankings__skipped=False), distinct=True),
         empty_responses=Count("responses", filter=Q(responses__text__regex=BLANK_TEXT_REGEX), distinct=True),
-    ).order_by("id")
+    ).select_related("round").order_by("id")
     disputed = disputed_item_ids(project=project, among=shown)
     return [ItemRow(prompt=prompt, skips=prompt.skips, all_bad=prompt.all_bad_count,
                     empty_responses=prompt.empty_responses, disputed=prompt.pk in disputed) for prompt in counted]
@@ -519,6 +551,9 @@ class ItemResponse:
     label: str
     text: str
     empty: bool
+    round: int | None = None
+    model: str = ""
+    copy: bool = False
 
 
 @dataclass(frozen=True)
@@ -552,8 +587,10 @@ class ItemDetail:
 def item_detail(*, prompt: Prompt) -> ItemDetail:
     """Every annotator's answer to one item side by side, with the item's own agreement figures."""
     responses = [
-        ItemResponse(id=response.pk, label=f"R{number}", text=response.text, empty=is_blank(response.text))
-        for number, response in enumerate(prompt.responses.order_by("id"), start=1)
+        ItemResponse(id=response.pk, label=f"R{number}", text=response.text, empty=is_blank(response.text),
+                     round=response.round.number if response.round_id else None, model=response.model_name,
+                     copy=response.copy_of_id is not None)
+        for number, response in enumerate(prompt.responses.select_related("round").order_by("id"), start=1)
     ]
     rankings = list(prompt.rankings.select_related("annotator").order_by("annotator__username"))
     answers = []
@@ -578,6 +615,60 @@ def item_detail(*, prompt: Prompt) -> ItemDetail:
             agreement.best_answer(ranking.tiers, all_bad=ranking.all_bad) for ranking in rankings if not ranking.skipped
         ),
     )
+
+
+# Rounds and their win rates ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RoundRow:
+    round: Round
+    items: int
+    responses: int
+    ranked_items: int
+    win_rate: winrates.WinRate | None
+
+
+def project_rounds(project: Project) -> QuerySet[Round]:
+    return Round.objects.filter(project=project).select_related("compared_with").order_by("number")
+
+
+def round_outcomes(round_: Round) -> list[float]:
+    """Per ranking of the round's new items and per new response in it: its score against the compared copy
+    (winrates.outcome); skips and all-bad answers that rank nothing are left out."""
+    items = Prompt.objects.filter(round=round_, origin__isnull=False)
+    copies = dict(Response.objects.filter(prompt__in=items, copy_of__isnull=False).values_list("prompt_id", "pk"))
+    new: dict[int, list[int]] = defaultdict(list)
+    for prompt_id, pk in Response.objects.filter(prompt__in=items, round=round_, copy_of__isnull=True).values_list(
+        "prompt_id", "pk"
+    ):
+        new[prompt_id].append(pk)
+    outcomes = []
+    for prompt_id, tiers, all_bad in Ranking.objects.filter(prompt__in=items, skipped=False).order_by("id").values_list(
+        "prompt_id", "tiers", "all_bad"
+    ):
+        if prompt_id not in copies or (all_bad and len(tiers) <= 1):
+            continue
+        position = agreement.positions(tiers)
+        if copies[prompt_id] not in position:
+            continue
+        outcomes += [winrates.outcome(position[pk], position[copies[prompt_id]])
+                     for pk in new[prompt_id] if pk in position]
+    return outcomes
+
+
+def round_rows(project: Project) -> list[RoundRow]:
+    """The project's rounds, oldest first, each with its items, responses and its win rate over the round it is
+    compared with (None until a ranking compares them)."""
+    rows = []
+    for round_ in project_rounds(project).annotate(
+        item_count=Count("items", distinct=True),
+        ranked_count=Count("items", filter=Q(items__ranking_count__gte=1), distinct=True),
+        response_count=Count("responses", filter=Q(responses__copy_of__isnull=True), distinct=True),
+    ):
+        rows.append(RoundRow(round=round_, items=round_.item_count, responses=round_.response_count,
+                             ranked_items=round_.ranked_count, win_rate=winrates.win_rate(round_outcomes(round_))))
+    return rows
 
 
 IMPORT_JOBS_SHOWN = 5

@@ -18,9 +18,9 @@ from django_htmx.http import reswap, retarget
 
 from webapp.accounts.roles import annotator_required, researcher_required
 from webapp.annotation import exporting, selectors, services
-from webapp.annotation.forms import ExportForm, ImportForm, ProjectForm, SamplingForm
+from webapp.annotation.forms import NO_COMPARISON, ExportForm, ImportForm, ProjectForm, SamplingForm
 from webapp.annotation.importing import ImportFileError, format_from_name
-from webapp.annotation.models import Assignment, ImportJob, Project, Prompt, Ranking, SamplingJob
+from webapp.annotation.models import Assignment, ImportJob, Project, Prompt, Ranking, Round, SamplingJob
 from webapp.annotation.modes import annotation_mode
 from webapp.annotation.modes.base import Entered
 from webapp.annotation.rendering import render_markdown
@@ -237,9 +237,11 @@ def _detail_context(request: HttpRequest, project: Project) -> dict:
         "progress": selectors.project_progress(project),
         "data": selectors.project_data(project),
         "jobs": selectors.sampling_jobs(project),
+        "rounds": selectors.round_rows(project),
         "import_jobs": selectors.import_jobs(project),
         "import_form": ImportForm(),
-        "sampling_form": SamplingForm(initial={"responses_per_prompt": project.responses_per_item}, user=request.user),
+        "sampling_form": SamplingForm(initial={"responses_per_prompt": project.responses_per_item}, user=request.user,
+                                      rounds=list(selectors.project_rounds(project))),
         "export_form": ExportForm(),
     }
 
@@ -274,6 +276,12 @@ def _job_line(request: HttpRequest, partial: str, job: ImportJob | SamplingJob, 
     if not job.is_active:
         response["HX-Trigger"] = JOB_FINISHED_EVENT
     return response
+
+
+@researcher_required
+def project_rounds(request: HttpRequest, project_id: int) -> HttpResponse:
+    project = _project(request, project_id)
+    return render(request, "annotation/_rounds.html", {"project": project, "rounds": selectors.round_rows(project)})
 
 
 ITEMS_PER_PAGE = 25
@@ -340,13 +348,14 @@ def import_job_status(request: HttpRequest, job_id: int) -> HttpResponse:
 @researcher_required
 def sampling_create(request: HttpRequest, project_id: int) -> HttpResponse:
     project = _project(request, project_id)
-    form = SamplingForm(request.POST, user=request.user)
+    form = SamplingForm(request.POST, user=request.user, rounds=list(selectors.project_rounds(project)))
     status = 200
     if form.is_valid():
         options = dict(form.cleaned_data)
         try:
             services.sampling_job_create(project=project, model_path=options.pop("model_path"),
-                                         generation_settings=options, created_by=request.user)
+                                         generation_settings=options, created_by=request.user,
+                                         compare_with=_compared_round(project, options.pop("compare_with")))
         except QueueUnavailable as error:
             form.add_error(None, error.messages)
         except ValidationError as error:
@@ -358,6 +367,14 @@ def sampling_create(request: HttpRequest, project_id: int) -> HttpResponse:
     if request.htmx:
         return render(request, "annotation/project_detail.html#sampling", context, status=status)
     return render(request, "annotation/project_detail.html", context, status=status)
+
+
+def _compared_round(project: Project, choice: str) -> Round | None | str:
+    if not choice:
+        return services.PREVIOUS
+    if choice == NO_COMPARISON:
+        return None
+    return selectors.project_rounds(project).get(number=int(choice))
 
 
 @researcher_required

@@ -196,11 +196,16 @@ class ResponsesIn(BodyIn):
     source: Literal[tuple(Response.Source.values)] = "api"  # type: ignore[valid-type]
     detail: dict[str, Any] = Field(default_factory=dict, description="How they were made: model, settings, ... "
                                    "(any JSON object; its text holds no NUL, as all text the API takes)")
+    model: str = Field("", max_length=500, description="The model they came from. Responses added through the "
+                       "API are a round of the project: successive calls naming one model join its round.")
 
 
 class ResponseOut(Schema):
     id: int
     text: str
+    prompt: int = Field(..., description="The item holding it: the prompt itself, or a new item made for the round "
+                        "when the prompt held responses already.")
+    round: int | None = Field(..., description="Its round's number in the project.")
 
 
 @router.post("/prompts/{prompt_id}/responses", response={201: list[ResponseOut], 404: Detail, 422: Detail},
@@ -208,11 +213,13 @@ class ResponseOut(Schema):
 @researcher_only
 def responses_add(request: HttpRequest, prompt_id: int, payload: ResponsesIn) -> Status:
     visible = selectors.projects_visible_to(request.auth)
-    if not Prompt.objects.filter(pk=prompt_id, project__in=visible).exists():
+    prompt = Prompt.objects.filter(pk=prompt_id, project__in=visible).select_related("project").first()
+    if prompt is None:
         raise HttpError(404, f"prompt {prompt_id} does not exist")
-    created = services.responses_add(prompt_id=prompt_id, texts=payload.texts, source=payload.source,
-                                     source_detail=payload.detail)
-    return Status(201, created)
+    created = services.api_responses_add(prompt=prompt, texts=payload.texts, source=payload.source,
+                                         source_detail=payload.detail, model=payload.model)
+    return Status(201, [{"id": response.pk, "text": response.text, "prompt": response.prompt_id,
+                         "round": response.round.number} for response in created])
 
 
 # Data out -----------------------------------------------------------------------------------------------------
@@ -222,6 +229,8 @@ class ResponseItem(Schema):
     id: int
     text: str
     source: str
+    round: int | None = Field(..., description="Its round's number in the project; null for imported responses.")
+    model: str = Field(..., description="The model it came from, when known; else empty.")
 
 
 class PromptItem(Schema):
@@ -237,8 +246,9 @@ class PromptItem(Schema):
 def _prompt_item(prompt: Prompt) -> dict[str, Any]:
     return {"id": prompt.pk, "external_id": prompt.external_id, "prompt": prompt.text, "messages": prompt.messages,
             "reference": prompt.reference_answer or None, "metadata": prompt.metadata,
-            "responses": [{"id": response.pk, "text": response.text, "source": response.source}
-                          for response in prompt.responses.all()]}
+            "responses": [{"id": response.pk, "text": response.text, "source": response.source,
+                           "round": response.round.number if response.round_id else None,
+                           "model": response.model_name} for response in prompt.responses.all()]}
 
 
 @router.get("/projects/{project_id}/prompts", response={200: Page[PromptItem], 404: Detail},

@@ -47,7 +47,8 @@ def test_other_strategies_and_the_training_selectors(ranked_project):
     project, _ = ranked_project
     best = preference_pairs_for_training(project_id=project.pk, strategy="best_vs_rest")
     assert sorted((p["chosen"], p["rejected"]) for p in best) == [("plain", "=HYPERLINK(1)"), ("plain", "@SUM(A1)")]
-    assert set(best[0]) == {"prompt", "chosen", "rejected", "weight", "margin"}
+    assert set(best[0]) == {"prompt", "chosen", "rejected", "weight", "margin", "chosen_round", "rejected_round",
+                            "chosen_model", "rejected_model"}
     assert prompts_for_training(project_id=project.pk) == [{"prompt": "Question 0?", "answer": None, "metadata": {}}]
 
 
@@ -84,7 +85,8 @@ def test_a_datasets_directory_is_written_chunk_by_chunk_with_a_fixed_schema(tmp_
     # the first chunk has no margin, ranking or annotator at all: inferred per chunk, its columns would be null
     rows = [{"prompt": f"q{i}", "chosen": f"good {i}", "rejected": f"bad {i}", "weight": 1.0 / (i + 1),
              "margin": None if i < 2 else float(i), "ranking_id": None if i < 2 else i,
-             "annotator": None if i < 2 else "ann"} for i in range(5)]
+             "annotator": None if i < 2 else "ann", "chosen_round": None if i < 2 else 2,
+             "rejected_round": None if i < 2 else 1, "chosen_model": "", "rejected_model": ""} for i in range(5)]
     assert save_dataset(iter(rows), tmp_path / "ds", chunk_rows=2) == 5
     dataset = load_from_disk(str(tmp_path / "ds"))
     assert dataset.features == pair_features()

@@ -55,7 +55,7 @@ def test_prompts_with_their_responses_in_pages(api, researcher):
     assert second == {
         "id": prompt.pk, "external_id": "item-1", "prompt": "Question 1?",
         "messages": [{"role": "user", "content": "Question 1?"}], "reference": "42", "metadata": {"topic": "maths"},
-        "responses": [{"id": response.pk, "text": response.text, "source": "imported"}
+        "responses": [{"id": response.pk, "text": response.text, "source": "imported", "round": None, "model": ""}
                       for response in prompt.responses.order_by("id")],
     }
     assert items[0]["messages"] is None and items[0]["reference"] is None
@@ -71,7 +71,7 @@ def test_responses_added_as_a_sampling_job_adds_them(api, researcher):
                         {"texts": ["first", "second"], "detail": {"model": "org/m", "temperature": 0.7}})
     assert response.status_code == 201
     stored = list(Response.objects.filter(prompt=prompt).order_by("id"))
-    assert response.json() == [{"id": row.pk, "text": row.text} for row in stored]
+    assert response.json() == [{"id": row.pk, "text": row.text, "prompt": prompt.pk, "round": 1} for row in stored]
     assert [row.text for row in stored] == ["first", "second"]
     assert {row.source for row in stored} == {"api"} and stored[0].source_detail == {"model": "org/m",
                                                                                       "temperature": 0.7}

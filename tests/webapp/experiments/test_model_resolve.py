@@ -10,6 +10,7 @@ from django.core.exceptions import ValidationError
 
 from tests.webapp.experiments.helpers import ARITHMETIC, small_config
 from webapp.annotation import services as annotation_services
+from webapp.annotation.importing import ImportRecord
 from webapp.annotation.models import SamplingJob
 from webapp.experiments import services
 from webapp.experiments.models import ModelRef, Run
@@ -47,6 +48,7 @@ def test_a_runs_checkpoint_is_sampled_trained_and_registered_by_name_or_path(
 ):
     checkpoint = _checkpoint(_run(tiny_model, researcher), 8, tiny_model_dir)
     project = annotation_services.project_create(name="loop", responses_per_item=2)
+    annotation_services.prompts_import(project=project, records=[ImportRecord(line=1, external_id="q", text="Q?")])
 
     for given in (checkpoint.name, checkpoint.path, f"  {checkpoint.name} "):
         job = annotation_services.sampling_job_create(project=project, model_path=given, generation_settings=SAMPLING,

@@ -40,6 +40,14 @@ from webapp.annotation.services.rankings import (
     ranking_submit,
     ranking_withdraw,
 )
+from webapp.annotation.services.rounds import (
+    PREVIOUS,
+    api_responses_add,
+    api_round,
+    compared_response,
+    round_create,
+    round_responses_add,
+)
 from webapp.annotation.services.sampling import (
     SAMPLING_MESSAGE_KIND,
     SamplingStatus,
@@ -87,6 +95,12 @@ __all__ = [
     "ranking_skip",
     "ranking_submit",
     "ranking_withdraw",
+    "PREVIOUS",
+    "api_responses_add",
+    "api_round",
+    "compared_response",
+    "round_create",
+    "round_responses_add",
     "SAMPLING_MESSAGE_KIND",
     "SamplingStatus",
     "generation_settings_check",

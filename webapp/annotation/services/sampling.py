@@ -16,8 +16,11 @@ from webapp.annotation.models import (
     OPTIONAL_SETTINGS,
     WHOLE_NUMBER_SETTINGS,
     Project,
+    Prompt,
+    Round,
     SamplingJob,
 )
+from webapp.annotation.services.rounds import PREVIOUS, round_create
 from webapp.celery_app import SAMPLE_RESPONSES
 from webapp.experiments.models import ModelRef
 from webapp.experiments.services import model_resolve
@@ -58,19 +61,31 @@ SamplingStatus = SamplingJob.Status
 
 
 def sampling_job_create(
-    *, project: Project, model_path: str, generation_settings: dict, created_by: AbstractBaseUser
+    *, project: Project, model_path: str, generation_settings: dict, created_by: AbstractBaseUser,
+    compare_with: Round | None | str = PREVIOUS,
 ) -> SamplingJob:
-    """Store the job and queue it once committed; a job the broker cannot take is removed and QueueUnavailable
-    (a ValidationError) says why. Settings out of their bounds are a ValidationError naming the setting."""
+    """Store the job, a new round of the project (services/rounds.py: compared with its previous round unless
+    `compare_with` says otherwise), and queue it once committed; a job the broker cannot take is removed with its
+    round and QueueUnavailable (a ValidationError) says why. Settings out of their bounds are a ValidationError
+    naming the setting."""
     generation_settings_check(generation_settings)
     path = model_path_check(model_path, user=created_by)
+    if not Prompt.objects.filter(project=project, annotatable=True, origin__isnull=True).exists():
+        raise ValidationError({"__all__": ["the project has no prompts to sample responses for: import prompts first"]})
     with transaction.atomic():
+        round_ = round_create(project=project, source=Round.Source.SAMPLED, model=model_path,
+                              responses_per_prompt=int(generation_settings["responses_per_prompt"]),
+                              compared_with=compare_with)
         job = SamplingJob.objects.create(project=project, model_path=path, generation_settings=generation_settings,
-                                         created_by=created_by, queued_at=timezone.now())
-        job_id = job.pk
-        _sampling_job_publish(job_id, on_failure=lambda reason: SamplingJob.objects.filter(
-            pk=job_id, status=SamplingStatus.QUEUED).delete())
+                                         created_by=created_by, queued_at=timezone.now(), round=round_)
+        job_id, round_id = job.pk, round_.pk
+        _sampling_job_publish(job_id, on_failure=lambda reason: _sampling_job_remove(job_id, round_id))
     return job
+
+
+def _sampling_job_remove(job_id: int, round_id: int) -> None:
+    if SamplingJob.objects.filter(pk=job_id, status=SamplingStatus.QUEUED).delete()[0]:
+        Round.objects.filter(pk=round_id).delete()
 
 
 def _sampling_job_publish(job_id: int, *, on_failure: Callable[[str], None]) -> None:
@@ -116,7 +131,7 @@ def sampling_job_cancel(*, job_id: int) -> None:
 
 
 def sampling_job_resume(*, job_id: int) -> None:
-    """Queue a failed or canceled job again: it fills only the prompts still short of responses, so nothing is
+    """Queue a failed or canceled job again: it samples only the prompts its round has not reached, so nothing is
     sampled twice. QueueUnavailable (a ValidationError) if the broker cannot take it; the job then stays as it was
     (failed or canceled, with its error)."""
     with transaction.atomic():
