@@ -82,7 +82,7 @@ def _pages(w: World) -> dict[str, list[tuple[str, str, dict]]]:
     """url name -> [(method, url, data)]: every page, fragment, export and action of the project and its runs."""
     project, run = w.project.pk, w.project_run.pk
     annotation = {name: [("GET", reverse(f"annotation:{name}", args=[project]), {})]
-                  for name in ("annotate", "project_detail", "project_progress", "project_rounds",
+                  for name in ("annotate", "project_detail", "project_progress", "project_rounds", "project_data",
                                "project_items")}
     exports = [("GET", reverse("annotation:project_export", args=[project, kind]), {})
                for kind in ("pairs.jsonl", "pairs.csv", "rankings.jsonl", "dataset.zip")]
