@@ -1,17 +1,20 @@
 """A round scored by a reward model: a real Celery gpu worker scores every response of the round's items with a
 reward-model run's checkpoint, and the Rounds card shows the win rate by those scores beside the annotators'."""
 
+import shutil
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from django.core.exceptions import ValidationError
+from django.utils import timezone
 
 from tests.webapp.annotation.factories import make_annotators
 from tests.webapp.annotation.test_rounds import _new_one, _pairwise_project, _rank_all, _round
 from tests.webapp.experiments.helpers import wait_for
 from webapp.annotation import selectors, winrates
 from webapp.annotation.models import PreferencePair, Prompt, Response, RewardScore, RoundScoring
-from webapp.annotation.services.scoring import round_scoring_create
+from webapp.annotation.services.scoring import round_scoring_create, round_scorings_fail_stale
 from webapp.experiments.models import Run
 
 
@@ -49,7 +52,7 @@ def _ranked_rounds(owner):
 
 @pytest.mark.django_db(transaction=True)
 def test_a_worker_scores_every_response_of_the_round_and_the_card_shows_the_reward_models_win_rate(
-    celery_worker_factory, reward_checkpoint, researcher, researcher_client,
+    celery_worker_factory, reward_checkpoint, researcher, researcher_client, tmp_path,
 ):
     from trainer.algorithms.rollout import RewardModelScorer
 
@@ -96,6 +99,30 @@ def test_a_worker_scores_every_response_of_the_round_and_the_card_shows_the_rewa
     card = researcher_client.get(f"/projects/{project.pk}/rounds/").content.decode()
     assert row.rm_win_rate.text in card and row.win_rate.text in card
     assert f"({agreed} of {pairs})" in card and f"run #{run.pk}" in card
+
+    # a checkpoint the worker cannot load: the scoring fails with the reason, and the card says it
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    shutil.copy(reward_checkpoint / "config.json", broken / "config.json")
+    failing = round_scoring_create(round_=second, run=_run(researcher, checkpoint=broken), created_by=researcher)
+    wait_for(lambda: not RoundScoring.objects.get(pk=failing.pk).is_active, timeout_s=120, what="the broken scoring")
+    failing.refresh_from_db()
+    assert failing.status == RoundScoring.Status.FAILED and failing.error and not failing.scores.exists()
+    card = researcher_client.get(f"/projects/{project.pk}/rounds/").content.decode()
+    assert "scoring failed:" in card
+
+
+@pytest.mark.django_db
+def test_a_scoring_whose_worker_went_silent_is_failed_by_the_reconcile(researcher, reward_checkpoint):
+    project = _pairwise_project(owner=researcher)
+    round_ = _round(project, "base", {"p0": ["b0", "b1"]})
+    old = timezone.now() - timedelta(hours=1)
+    scoring = RoundScoring.objects.create(round=round_, reward_run=_run(researcher, checkpoint=reward_checkpoint),
+                                          checkpoint_path=str(reward_checkpoint), status=RoundScoring.Status.RUNNING,
+                                          started_at=old, heartbeat_at=old, progress_total=2)
+    assert round_scorings_fail_stale() == [scoring.pk]
+    scoring.refresh_from_db()
+    assert scoring.status == RoundScoring.Status.FAILED and "stopped sending heartbeats" in scoring.error
 
 
 @pytest.mark.django_db

@@ -2,6 +2,7 @@
 (workers/scoring.py), from which the round's win rate by the reward model is read (selectors.round_rows)."""
 
 from collections.abc import Mapping
+from datetime import datetime
 from pathlib import Path
 
 from django.contrib.auth.models import AbstractBaseUser
@@ -86,6 +87,16 @@ def round_scoring_succeed(*, scoring_id: int) -> bool:
 
 def round_scoring_fail(*, scoring_id: int, error: str) -> bool:
     return lifecycle.job_fail(ROUND_SCORING, scoring_id, error)
+
+
+def round_scorings_fail_stale(*, now: datetime | None = None) -> list[int]:
+    """Fail every running round scoring whose worker stopped sending heartbeats (killed or lost)."""
+    return lifecycle.jobs_fail_stale(ROUND_SCORING, now=now)
+
+
+def round_scorings_requeue_lost(*, message_ids: set[str], now: datetime | None = None) -> list[int]:
+    """Publish again every round scoring queued too long whose message is gone (webapp.queueing.requeue_lost)."""
+    return lifecycle.jobs_requeue_lost(ROUND_SCORING, message_ids=message_ids, now=now)
 
 
 def _stale_reason(scoring: RoundScoring) -> str:
