@@ -12,8 +12,8 @@ from django.utils import timezone
 from tests.webapp.annotation.factories import make_annotators
 from tests.webapp.annotation.test_rounds import _new_one, _pairwise_project, _rank_all, _round
 from tests.webapp.experiments.helpers import wait_for
-from webapp.annotation import selectors, winrates
-from webapp.annotation.models import PreferencePair, Prompt, Response, RewardScore, RoundScoring
+from webapp.annotation import selectors, services, winrates
+from webapp.annotation.models import PreferencePair, Prompt, Response, RewardScore, Round, RoundScoring
 from webapp.annotation.services.scoring import round_scoring_create, round_scorings_fail_stale
 from webapp.experiments.models import Run
 
@@ -148,3 +148,46 @@ def test_a_run_that_is_not_a_succeeded_reward_model_with_a_checkpoint_is_refused
     assert page.status_code == 422
     assert f"reward_run: run #{sft.pk} is a" in page.content.decode()
     assert not RoundScoring.objects.exists()
+
+
+# ChatML's shape with the tiny tokenizer's own special tokens (as tests/trainer/test_chat_training.py writes it)
+CHAT_TEMPLATE = (
+    "{% for message in messages %}<s>{{ message['role'] }}\n{{ message['content'] }}</s>\n{% endfor %}"
+    "{% if add_generation_prompt %}<s>assistant\n{% endif %}"
+)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_responses_sampled_through_a_chat_template_are_scored_as_the_reward_model_trained_on_them(
+    celery_worker_factory, reward_checkpoint, researcher, tmp_path,
+):
+    from transformers import AutoTokenizer
+
+    from trainer.algorithms.rollout import RewardModelScorer
+
+    checkpoint = tmp_path / "chat-reward"
+    shutil.copytree(reward_checkpoint, checkpoint)
+    tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+    tokenizer.chat_template = CHAT_TEMPLATE
+    tokenizer.save_pretrained(checkpoint)
+    project = _pairwise_project(owner=researcher)
+    round_ = services.round_create(project=project, source=Round.Source.SAMPLED, model="chat", responses_per_prompt=2)
+    for prompt in Prompt.objects.filter(project=project):
+        services.round_responses_add(round_id=round_.pk, prompt_id=prompt.pk, texts=["Four.", "It is 4"],
+                                     source=Response.Source.MODEL, source_detail={"chat_template": True})
+    celery_worker_factory(queues=("gpu",), OMP_NUM_THREADS="1")
+
+    scoring = round_scoring_create(round_=round_, run=_run(researcher, checkpoint=checkpoint), created_by=researcher)
+    wait_for(lambda: not RoundScoring.objects.get(pk=scoring.pk).is_active, timeout_s=120, what="the scoring")
+    scoring.refresh_from_db()
+    assert scoring.status == RoundScoring.Status.SUCCEEDED, scoring.error
+    ordered = list(Response.objects.filter(prompt__project=project).select_related("prompt").order_by("id"))
+    stored = [RewardScore.objects.get(scoring=scoring, response=r).score for r in ordered]
+    # a text prompt sampled through the template is one user turn, its response the assistant's
+    scorer = RewardModelScorer(str(checkpoint))
+    as_chat = scorer([[{"role": "user", "content": r.prompt.text}] for r in ordered], [r.text for r in ordered])
+    as_text = scorer([r.prompt.text for r in ordered], [r.text for r in ordered])
+    assert stored == pytest.approx(as_chat, abs=1e-4) and stored != pytest.approx(as_text, abs=1e-4)
+    # a first round compares nothing: scored, with no win rate
+    row = selectors.round_rows(project)[0]
+    assert row.scoring == scoring and row.rm_win_rate is None
