@@ -148,6 +148,11 @@ def test_a_run_that_is_not_a_succeeded_reward_model_with_a_checkpoint_is_refused
     assert page.status_code == 422
     assert f"reward_run: run #{sft.pk} is a" in page.content.decode()
     assert not RoundScoring.objects.exists()
+    # one scoring of a round at a time
+    RoundScoring.objects.create(round=round_, checkpoint_path=str(reward_checkpoint))
+    with pytest.raises(ValidationError, match="being scored already") as refused:
+        round_scoring_create(round_=round_, run=_run(researcher, checkpoint=reward_checkpoint), created_by=researcher)
+    assert list(refused.value.message_dict) == ["round"] and RoundScoring.objects.count() == 1
 
 
 # ChatML's shape with the tiny tokenizer's own special tokens (as tests/trainer/test_chat_training.py writes it)

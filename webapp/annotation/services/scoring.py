@@ -50,6 +50,10 @@ def round_scoring_create(*, round_: Round, run: Run | None, created_by: Abstract
     if not round_items(round_).exists():
         raise ValidationError({"round": f"round {round_.number} has no items to score"})
     with transaction.atomic():
+        # the round's row locked: two requests at once cannot both queue a scoring of it
+        Round.objects.select_for_update().filter(pk=round_.pk).first()
+        if RoundScoring.objects.filter(round=round_, status__in=ROUND_SCORING.active).exists():
+            raise ValidationError({"round": f"round {round_.number} is being scored already; wait for that scoring"})
         scoring = RoundScoring.objects.create(round=round_, reward_run=run, checkpoint_path=checkpoint,
                                               created_by=created_by, queued_at=timezone.now())
         scoring_id = scoring.pk
