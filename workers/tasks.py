@@ -15,6 +15,7 @@ from webapp.celery_app import (
     RUN_NODE_JOIN,
     RUN_TRAINING,
     SAMPLE_RESPONSES,
+    SCORE_ROUND,
 )
 from workers.app import app
 
@@ -54,6 +55,14 @@ def sample_responses(job_id: int) -> None:
     from workers.sampling import sampling_job_execute
 
     sampling_job_execute(job_id=job_id)
+
+
+@app.task(name=SCORE_ROUND)
+def score_round(scoring_id: int) -> None:
+    """Score a round's responses with a reward model (a round scoring) on this (GPU) worker."""
+    from workers.scoring import round_scoring_execute
+
+    round_scoring_execute(scoring_id=scoring_id)
 
 
 @app.task(name=IMPORT_PROMPTS)

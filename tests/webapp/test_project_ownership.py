@@ -20,7 +20,7 @@ from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from tests.webapp.annotation.factories import make_project
 from webapp.accounts.services import api_token_create, user_create
 from webapp.annotation import services as annotation_services
-from webapp.annotation.models import Assignment, ImportJob, Project, SamplingJob
+from webapp.annotation.models import Assignment, ImportJob, Project, RoundScoring, SamplingJob
 from webapp.experiments import services as run_services
 from webapp.experiments.models import ModelRef, Run
 
@@ -102,6 +102,8 @@ def _pages(w: World) -> dict[str, list[tuple[str, str, dict]]]:
         "sampling_create": [("POST", reverse("annotation:sampling_create", args=[project]),
                              {"model_path": "/models/x", "responses_per_prompt": 2, "max_new_tokens": 8,
                               "temperature": 1.0, "top_p": 1.0, "seed": 0})],
+        "round_score": [("POST", reverse("annotation:round_score", args=[project]),
+                         {"round": 1, "reward_run": w.project_run.pk})],
         "sampling_job_status": [("GET", reverse("annotation:sampling_job_status", args=[w.sampling_job.pk]), {})],
         "sampling_job_cancel": [("POST", reverse("annotation:sampling_job_cancel", args=[w.sampling_job.pk]), {})],
         "sampling_job_resume": [("POST", reverse("annotation:sampling_job_resume", args=[w.sampling_job.pk]), {})],
@@ -147,6 +149,7 @@ def _state(w: World) -> dict:
         "users": User.objects.count(),
         "jobs": sorted(SamplingJob.objects.values_list("pk", "status", "cancel_requested")),
         "imports": ImportJob.objects.count(),
+        "round scorings": RoundScoring.objects.count(),
         "runs": sorted(Run.objects.values_list("pk", "status", "cancel_requested", "config")),
         "checkpoints": ModelRef.objects.count(),
         "assignment": Assignment.objects.filter(pk=w.assignment.pk).values_list("status", flat=True).first(),

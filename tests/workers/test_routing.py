@@ -8,7 +8,8 @@ def _queue_of(task_name: str) -> str:
 
 
 def test_model_tasks_go_to_the_gpu_queue_and_the_rest_to_default():
-    assert {"workers.tasks.run_training", "workers.tasks.sample_responses"} <= set(GPU_TASK_NAMES)
+    assert {"workers.tasks.run_training", "workers.tasks.sample_responses",
+            "workers.tasks.score_round"} <= set(GPU_TASK_NAMES)
     for name in GPU_TASK_NAMES:
         assert _queue_of(name) == GPU_QUEUE
     assert _queue_of("workers.tasks.health_ping") == "default"

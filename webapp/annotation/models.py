@@ -304,3 +304,55 @@ class ImportJob(models.Model):
         return (f"Imported {counted(self.created_count, 'prompt')} ({counted(self.responses_count, 'response')}, "
                 f"{counted(self.pairs_count, 'preference pair')}) from {self.file_name}; {self.already_present} "
                 "were already in the project.")
+
+
+class RoundScoring(models.Model):
+    """A reward model's scores for every response of a round's items, computed on a GPU worker
+    (workers/scoring.py): the round's win rate by the reward model is read from them (selectors.round_rows)."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued", "Queued"
+        RUNNING = "running", "Running"
+        SUCCEEDED = "succeeded", "Succeeded"
+        FAILED = "failed", "Failed"
+        CANCELED = "canceled", "Canceled"
+
+    round = models.ForeignKey(Round, on_delete=models.CASCADE, related_name="scorings")
+    reward_run = models.ForeignKey("experiments.Run", null=True, on_delete=models.SET_NULL, related_name="+")
+    # the checkpoint scored with, as it was when the job was made: the run's checkpoint may move later
+    checkpoint_path = models.CharField(max_length=1000)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
+    progress_done = models.PositiveIntegerField(default=0)
+    progress_total = models.PositiveIntegerField(default=0)
+    error = models.TextField(blank=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    queued_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    cancel_requested = models.BooleanField(default=False)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"round scoring {self.pk} ({self.status})"
+
+    @property
+    def is_active(self) -> bool:
+        return self.status in (self.Status.QUEUED, self.Status.RUNNING)
+
+
+class RewardScore(models.Model):
+    """One response's score by the reward model of a round scoring."""
+
+    scoring = models.ForeignKey(RoundScoring, on_delete=models.CASCADE, related_name="scores")
+    response = models.ForeignKey(Response, on_delete=models.CASCADE, related_name="reward_scores")
+    score = models.FloatField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["scoring", "response"], name="reward_score_unique")]
+
+    def __str__(self) -> str:
+        return f"response {self.response_id}: {self.score:g}"

@@ -23,7 +23,9 @@ from webapp.annotation.models import (
     Prompt,
     Ranking,
     Response,
+    RewardScore,
     Round,
+    RoundScoring,
     SamplingJob,
 )
 from webapp.annotation.modes import annotation_mode
@@ -627,6 +629,10 @@ class RoundRow:
     responses: int
     ranked_items: int
     win_rate: winrates.WinRate | None
+    # the round's latest scoring by a reward model, and what its scores say (None until one succeeded)
+    scoring: RoundScoring | None = None
+    rm_win_rate: winrates.WinRate | None = None
+    rm_agreement: winrates.Agreement | None = None
 
 
 def project_rounds(project: Project) -> QuerySet[Round]:
@@ -666,9 +672,65 @@ def round_rows(project: Project) -> list[RoundRow]:
         ranked_count=Count("items", filter=Q(items__ranking_count__gte=1), distinct=True),
         response_count=Count("responses", filter=Q(responses__copy_of__isnull=True), distinct=True),
     ):
+        scoring = latest_round_scoring(round_)
+        scored = scoring if scoring is not None and scoring.status == RoundScoring.Status.SUCCEEDED else None
         rows.append(RoundRow(round=round_, items=round_.item_count, responses=round_.response_count,
-                             ranked_items=round_.ranked_count, win_rate=winrates.win_rate(round_outcomes(round_))))
+                             ranked_items=round_.ranked_count, win_rate=winrates.win_rate(round_outcomes(round_)),
+                             scoring=scoring,
+                             rm_win_rate=winrates.win_rate(round_score_outcomes(scored)) if scored else None,
+                             rm_agreement=round_score_agreement(scored) if scored else None))
     return rows
+
+
+def latest_round_scoring(round_: Round) -> RoundScoring | None:
+    return RoundScoring.objects.filter(round=round_).select_related("reward_run").order_by("-created_at", "-id").first()
+
+
+def round_scores(scoring: RoundScoring) -> dict[int, float]:
+    """Response id -> its score by the scoring's reward model."""
+    return dict(RewardScore.objects.filter(scoring=scoring).values_list("response_id", "score"))
+
+
+def round_score_outcomes(scoring: RoundScoring) -> list[float]:
+    """Per new response of the round's new items: its score against the compared copy beside it, by the reward
+    model's scores (winrates.score_outcome); a first round's items compare nothing."""
+    scores = round_scores(scoring)
+    items = Prompt.objects.filter(round_id=scoring.round_id, origin__isnull=False)
+    copies = dict(Response.objects.filter(prompt__in=items, copy_of__isnull=False).values_list("prompt_id", "pk"))
+    outcomes = []
+    for prompt_id, pk in Response.objects.filter(
+        prompt__in=items, round_id=scoring.round_id, copy_of__isnull=True
+    ).order_by("id").values_list("prompt_id", "pk"):
+        copy = copies.get(prompt_id)
+        if copy in scores and pk in scores:
+            outcomes.append(winrates.score_outcome(scores[pk], scores[copy]))
+    return outcomes
+
+
+def round_score_agreement(scoring: RoundScoring) -> winrates.Agreement | None:
+    """How many of the people's pairs (from rankings) on the round's items the reward model orders alike."""
+    scores = round_scores(scoring)
+    pairs = PreferencePair.objects.filter(prompt__round_id=scoring.round_id, ranking__isnull=False)
+    return winrates.agreement(
+        (scores[chosen], scores[rejected]) for chosen, rejected in pairs.values_list("chosen_id", "rejected_id")
+        if chosen in scores and rejected in scores
+    )
+
+
+def visible_run(user: AbstractBaseUser, run_id: int):
+    """The run `run_id` if `user` reaches it (webapp.experiments.selectors.runs_visible_to), else None."""
+    from webapp.experiments.selectors import runs_visible_to
+
+    return runs_visible_to(user).filter(pk=run_id).first()
+
+
+def reward_model_runs(user: AbstractBaseUser) -> QuerySet:
+    """The succeeded reward-model runs with a checkpoint that `user` sees, newest first: what a round can be
+    scored with."""
+    from webapp.experiments.models import Run
+    from webapp.experiments.selectors import runs_visible_to
+
+    return runs_visible_to(user).filter(kind="reward_model", status=Run.Status.SUCCEEDED).exclude(checkpoint_path="")
 
 
 IMPORT_JOBS_SHOWN = 5

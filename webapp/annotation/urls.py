@@ -19,6 +19,7 @@ urlpatterns = [
     path("projects/<int:project_id>/progress/", views.project_progress, name="project_progress"),
     path("projects/<int:project_id>/data/", views.project_data, name="project_data"),
     path("projects/<int:project_id>/rounds/", views.project_rounds, name="project_rounds"),
+    path("projects/<int:project_id>/rounds/score/", views.round_score, name="round_score"),
     path("projects/<int:project_id>/items/", views.project_items, name="project_items"),
     path("projects/<int:project_id>/items/<int:prompt_id>/", views.project_item, name="project_item"),
     path("projects/<int:project_id>/sample/", views.sampling_create, name="sampling_create"),

@@ -24,6 +24,7 @@ from webapp.annotation.models import Assignment, ImportJob, Project, Prompt, Ran
 from webapp.annotation.modes import annotation_mode
 from webapp.annotation.modes.base import Entered
 from webapp.annotation.rendering import render_markdown
+from webapp.annotation.services import scoring as scoring_services
 from webapp.queueing import QueueUnavailable
 from webapp.text import counted, is_blank
 
@@ -238,6 +239,7 @@ def _detail_context(request: HttpRequest, project: Project) -> dict:
         "data": selectors.project_data(project),
         "jobs": selectors.sampling_jobs(project),
         "rounds": selectors.round_rows(project),
+        "reward_runs": selectors.reward_model_runs(request.user),
         "import_jobs": selectors.import_jobs(project),
         "import_form": ImportForm(),
         "sampling_form": SamplingForm(initial={"responses_per_prompt": project.responses_per_item}, user=request.user,
@@ -281,7 +283,34 @@ def _job_line(request: HttpRequest, partial: str, job: ImportJob | SamplingJob, 
 @researcher_required
 def project_rounds(request: HttpRequest, project_id: int) -> HttpResponse:
     project = _project(request, project_id)
-    return render(request, "annotation/_rounds.html", {"project": project, "rounds": selectors.round_rows(project)})
+    return render(request, "annotation/_rounds.html", _rounds_context(request, project))
+
+
+def _rounds_context(request: HttpRequest, project: Project, **extra) -> dict:
+    return {"project": project, "rounds": selectors.round_rows(project),
+            "reward_runs": selectors.reward_model_runs(request.user), **extra}
+
+
+@require_POST
+@researcher_required
+def round_score(request: HttpRequest, project_id: int) -> HttpResponse:
+    """Score a round's responses with a chosen reward-model run; the Rounds card comes back, showing the
+    scoring's progress, or with the reason it was refused."""
+    project = _project(request, project_id)
+    number, run_id = request.POST.get("round", ""), request.POST.get("reward_run", "")
+    round_ = get_object_or_404(Round, project=project, number=int(number)) if number.isdigit() else None
+    run = selectors.visible_run(request.user, int(run_id)) if run_id.isdigit() else None
+    status, error = HTTPStatus.OK, ""
+    try:
+        if round_ is None:
+            raise ValidationError({"round": "choose a round to score"})
+        scoring_services.round_scoring_create(round_=round_, run=run, created_by=request.user)
+    except ValidationError as refusal:
+        status, error = HTTPStatus.UNPROCESSABLE_ENTITY, " ".join(
+            f"{field}: {' '.join(texts)}" for field, texts in refusal.message_dict.items()
+        ) if hasattr(refusal, "error_dict") else " ".join(refusal.messages)
+    context = _rounds_context(request, project, scoring_error=error)
+    return render(request, "annotation/_rounds.html", context, status=status)
 
 
 ITEMS_PER_PAGE = 25
