@@ -17,6 +17,7 @@ from trainer.builtin_datasets import arithmetic
 from trainer.formats.jsonl import read_jsonl_file
 from trainer.kinds import run_kind
 from webapp.annotation import selectors as annotation_selectors
+from webapp.annotation.aggregation import AggregationError, aggregation_check
 
 DATA_SOURCE_TYPES = ("arithmetic", "project_pairs", "project_prompts", "upload")
 ARITHMETIC_EVAL_ROWS = 8
@@ -45,6 +46,11 @@ def data_source_check(kind: str, source: Mapping[str, Any]) -> None:
         raise ValidationError({"upload": "the uploaded file is missing; upload it again"})
     if source_type.startswith("project_") and not isinstance(source.get("project_id"), int):
         raise ValidationError({"project": "choose a project"})
+    if source_type == "project_pairs":
+        try:
+            aggregation_check(source.get("aggregation", "all"))
+        except AggregationError as error:
+            raise ValidationError({"aggregation": str(error)}) from None
 
 
 def _level_limit_reason(level: int) -> str:
@@ -63,7 +69,12 @@ def data_source_rows(kind: str, source: Mapping[str, Any]) -> int | None:
         return source.get("rows")
     if source_type == "project_prompts":
         return annotation_selectors.training_prompt_count(project_id=source["project_id"])
-    return annotation_selectors.pair_count(project_id=source["project_id"])
+    return annotation_selectors.pair_count(project_id=source["project_id"], aggregation=pair_aggregation(source))
+
+
+def pair_aggregation(source: Mapping[str, Any]) -> str:
+    """How a project's pairs source combines disagreeing annotators: "all" for a source stored before it was named."""
+    return source.get("aggregation", "all")
 
 
 def _arithmetic_rows(kind: str, level: int, split: str, count: int) -> list[dict]:
@@ -84,7 +95,8 @@ def training_rows(kind: str, source: Mapping[str, Any]) -> tuple[list[dict], lis
         return read_jsonl_file(source["path"]), None
     if source_type == "project_prompts":
         return annotation_selectors.prompts_for_training(project_id=source["project_id"]), None
-    pairs = annotation_selectors.preference_pairs_for_training(project_id=source["project_id"])
+    pairs = annotation_selectors.preference_pairs_for_training(project_id=source["project_id"],
+                                                               aggregation=pair_aggregation(source))
     if run_kind(kind).rows == "completions":
         return [{"prompt": pair["prompt"], "completion": pair["chosen"]} for pair in pairs], None
     return pairs, None
