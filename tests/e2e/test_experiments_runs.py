@@ -98,11 +98,13 @@ def test_the_launch_form_shows_only_the_fields_the_chosen_data_source_and_lora_u
     page.goto(f"{live_server.url}/runs/new?kind=dpo")
 
     def shown() -> set[str]:
-        names = ("level", "size", "project", "upload", "lora_r", "lora_target_modules")
+        names = ("level", "size", "project", "aggregation", "upload", "lora_r", "lora_target_modules")
         return {name for name in names if page.locator(f"[name={name}]").is_visible()}
 
     assert shown() == {"level", "size"}
     page.select_option("[name=data_source]", "project_pairs")
+    assert shown() == {"project", "aggregation"}
+    page.select_option("[name=data_source]", "project_prompts")
     assert shown() == {"project"}
     page.select_option("[name=data_source]", "upload")
     page.check("[name=use_lora]")
