@@ -15,10 +15,13 @@ One row a pair is the earliest row of the kept direction, unchanged (its weight,
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Iterator
 
 AGGREGATIONS = ("all", "majority", "drop_conflicts")
 ANNOTATOR_PREFIX = "annotator:"
+# What the API's schema says a mode is (a username holds no whitespace), and the rule `aggregation_check` applies.
+AGGREGATION_PATTERN = r"^(all|majority|drop_conflicts|annotator:\S+)$"
 
 
 class AggregationError(ValueError):
@@ -29,9 +32,7 @@ def aggregation_check(mode: object) -> str:
     """The mode itself, or AggregationError naming what is wrong with it."""
     if not isinstance(mode, str):
         raise AggregationError(f"aggregation must be text, got {mode!r}")
-    if mode in AGGREGATIONS:
-        return mode
-    if mode.startswith(ANNOTATOR_PREFIX) and mode[len(ANNOTATOR_PREFIX):].strip():
+    if re.fullmatch(AGGREGATION_PATTERN[1:-1], mode):
         return mode
     raise AggregationError(f"unknown aggregation {mode!r}; choose one of {', '.join(AGGREGATIONS)} or "
                            f"{ANNOTATOR_PREFIX}<username>")

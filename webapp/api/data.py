@@ -25,7 +25,7 @@ from ninja.errors import HttpError
 from ninja.responses import Status
 
 from webapp.annotation import exporting, selectors, services
-from webapp.annotation.aggregation import AggregationError, aggregation_check
+from webapp.annotation.aggregation import AGGREGATION_PATTERN, AggregationError, aggregation_check
 from webapp.annotation.importing import (
     ImportFileError,
     ImportRecord,
@@ -264,7 +264,7 @@ class PairsQuery(PageQuery):
         None, description="Omitted: as the page's export (conversational when the project holds a conversation)."
     )
     strategy: Literal[STRATEGIES] = "all"  # type: ignore[valid-type]
-    aggregation: str = Field("all", description="How disagreeing annotators' pairs combine: all, majority, "
+    aggregation: str = Field("all", pattern=AGGREGATION_PATTERN, description="How disagreeing annotators' pairs combine: all, majority, "
                              "drop_conflicts or annotator:<username> (the README's Export section).")
     stream: Literal["jsonl"] | None = Field(None, description="jsonl: every row as JSON lines, paging ignored.")
 
