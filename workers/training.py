@@ -3,7 +3,7 @@
 `run_execute` claims the queued run and checks its config; the training itself runs where the worker can stop it
 (workers.supervision): a run on one process in a child, `python -m workers.rank RUN_ID` (`run_in_child`), a run on
 many under torchrun (workers.torchrun), one such process per rank. The training process builds the config and
-training rows (`run_train`), calls the kind's train function with a `DatabaseSink`, and records the outcome; every
+reads the training rows (`run_train`: the snapshot frozen at launch, webapp.experiments.data_snapshot), calls the kind's train function with a `DatabaseSink`, and records the outcome; every
 write goes through the experiments services. Its output joins the worker's own, as when it trained in the worker.
 
 The database sink (trainer.sink.Sink) batches metric rows and samples, registers checkpoints as models and reads
