@@ -117,7 +117,7 @@ def aggregation_choices(annotators: list[str]) -> list[tuple[str, str]]:
 class ExportForm(forms.Form):
     strategy = forms.ChoiceField(choices=[(name, name.replace("_", " ")) for name in STRATEGIES], initial="all")
     aggregation = forms.CharField(required=False, initial="all", help_text=(
-        "How the pairs of annotators who disagree are combined (see the README's Export section)."),
+        "How the pairs of annotators who disagree are combined (see the README, «Annotators who disagree»)."),
         widget=forms.Select)
 
     def __init__(self, *args: object, annotators: list[str] | None = None, **kwargs: object) -> None:

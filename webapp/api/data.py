@@ -265,7 +265,7 @@ class PairsQuery(PageQuery):
     )
     strategy: Literal[STRATEGIES] = "all"  # type: ignore[valid-type]
     aggregation: str = Field("all", pattern=AGGREGATION_PATTERN, description="How disagreeing annotators' pairs combine: all, majority, "
-                             "drop_conflicts or annotator:<username> (the README's Export section).")
+                             "drop_conflicts or annotator:<username> (the README, «Annotators who disagree»).")
     stream: Literal["jsonl"] | None = Field(None, description="jsonl: every row as JSON lines, paging ignored.")
 
 

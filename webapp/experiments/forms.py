@@ -122,7 +122,7 @@ class LaunchForm(forms.Form):
     size = forms.IntegerField(min_value=1, initial=64, required=False, help_text="Arithmetic problems to train on.")
     project = forms.TypedChoiceField(coerce=int, required=False, empty_value=None)
     aggregation = forms.ChoiceField(required=False, initial="all", help_text=(
-        "A project's pairs: how annotators who disagree on a pair are combined (the README's Export section)."))
+        "A project's pairs: how annotators who disagree on a pair are combined (the README, «Annotators who disagree»)."))
     upload = forms.FileField(required=False, help_text="JSONL; one object per line with the fields the kind needs.")
 
     def __init__(self, *args: Any, kind: str, user: AbstractBaseUser, initial_config: dict[str, Any] | None = None,

@@ -37,8 +37,8 @@ def make_annotators(count: int, prefix: str = "ann") -> list[User]:
             for index in range(count)]
 
 
-# Who ranked what in `make_disputed_project` (response texts, best tier first; None: skipped). The README's Export
-# section states the rules and these counts.
+# Who ranked what in `make_disputed_project` (response texts, best tier first; None: skipped). The README
+# («Annotators who disagree») states the rules and these counts.
 DISPUTED_RANKINGS: dict[str, dict[str, list[list[str]] | None]] = {
     "ann0": {"Question 0?": [["a"], ["b"], ["c"]], "Question 1?": [["d"], ["e"], ["f"]]},
     "ann1": {"Question 0?": [["b"], ["a"], ["c"]], "Question 1?": [["e"], ["d", "f"]]},
