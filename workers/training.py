@@ -3,7 +3,7 @@
 `run_execute` claims the queued run and checks its config; the training itself runs where the worker can stop it
 (workers.supervision): a run on one process in a child, `python -m workers.rank RUN_ID` (`run_in_child`), a run on
 many under torchrun (workers.torchrun), one such process per rank. The training process builds the config and
-training rows (`run_train`), calls the kind's train function with a `DatabaseSink`, and records the outcome; every
+reads the training rows (`run_train`: the snapshot frozen at launch, webapp.experiments.data_snapshot), calls the kind's train function with a `DatabaseSink`, and records the outcome; every
 write goes through the experiments services. Its output joins the worker's own, as when it trained in the worker.
 
 The database sink (trainer.sink.Sink) batches metric rows and samples, registers checkpoints as models and reads
@@ -27,6 +27,7 @@ from typing import IO, TYPE_CHECKING
 from trainer.kinds import config_from_dict, run_kind
 from trainer.sink import SampleRow, Sink
 from webapp.experiments import services
+from webapp.experiments.data_snapshot import snapshot_path, snapshot_read
 from webapp.experiments.data_sources import training_rows
 from webapp.experiments.models import Run
 from workers.heartbeat import Heartbeat
@@ -118,10 +119,17 @@ class OutputRelay:
 
 
 def run_train(run: Run, sink: Sink) -> TrainResult:
-    """The run's config and training rows from the database, trained by its kind (the kind's TrainResult)."""
+    """The run's config and its training rows, trained by its kind (the kind's TrainResult). The rows are the
+    snapshot frozen at launch where the run has one (webapp.experiments.data_snapshot), else its data source's."""
     config = config_from_dict(run.kind, run.config)
-    data, eval_data = training_rows(run.kind, run.data_source)
+    data, eval_data = run_training_data(run)
     return run_kind(run.kind).train_function()(config, data, sink, eval_data=eval_data)
+
+
+def run_training_data(run: Run) -> tuple[list[dict], list[dict] | None]:
+    if run.data_sha256:
+        return snapshot_read(snapshot_path(run.pk), rows=run.data_rows or 0, sha256=run.data_sha256), None
+    return training_rows(run.kind, run.data_source)
 
 
 def run_error_text(error: BaseException) -> str:

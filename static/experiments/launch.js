@@ -7,6 +7,7 @@
     level: ["arithmetic"],
     size: ["arithmetic"],
     project: ["project_pairs", "project_prompts"],
+    aggregation: ["project_pairs"],
     upload: ["upload"],
   };
   const loraFields = ["lora_r", "lora_alpha", "lora_dropout", "lora_target_modules"];

@@ -92,3 +92,14 @@ def test_refusals_are_api_errors_with_the_servers_detail(preflab, live_server):
         list(stranger.projects())
     assert unauthorised.value.status == 401
     assert "pfl_" not in repr(stranger) and "x" * 40 not in str(unauthorised.value)
+
+
+def test_the_client_exports_each_aggregation_of_disputed_pairs(preflab, researcher):
+    from tests.webapp.annotation.factories import DISPUTED_PAIR_COUNTS, make_disputed_project
+
+    project = make_disputed_project(owner=researcher)
+    for mode, expected in DISPUTED_PAIR_COUNTS.items():
+        assert len(list(preflab.pairs(project.pk, aggregation=mode))) == expected, mode
+    assert len(preflab.export_pairs(project.pk, aggregation="majority")) == DISPUTED_PAIR_COUNTS["majority"]
+    with pytest.raises(ApiError, match="aggregation: String should match pattern"):
+        list(preflab.pairs(project.pk, aggregation="most"))

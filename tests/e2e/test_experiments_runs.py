@@ -98,11 +98,13 @@ def test_the_launch_form_shows_only_the_fields_the_chosen_data_source_and_lora_u
     page.goto(f"{live_server.url}/runs/new?kind=dpo")
 
     def shown() -> set[str]:
-        names = ("level", "size", "project", "upload", "lora_r", "lora_target_modules")
+        names = ("level", "size", "project", "aggregation", "upload", "lora_r", "lora_target_modules")
         return {name for name in names if page.locator(f"[name={name}]").is_visible()}
 
     assert shown() == {"level", "size"}
     page.select_option("[name=data_source]", "project_pairs")
+    assert shown() == {"project", "aggregation"}
+    page.select_option("[name=data_source]", "project_prompts")
     assert shown() == {"project"}
     page.select_option("[name=data_source]", "upload")
     page.check("[name=use_lora]")
@@ -184,3 +186,29 @@ def test_a_nan_loss_is_marked_on_the_chart_and_the_failure_is_shown(page, live_s
     assert marker["x"] == [3] and marker["text"] == ["NaN"]
     assert "loss is NaN at step 3" in page.locator(".status").inner_text()
     assert page.locator("[data-alert=loss_nan]").count() == 1
+
+
+def test_a_run_on_a_projects_pairs_by_majority_is_launched_from_the_form_and_its_frozen_rows_download(
+    page, live_server, researcher, tiny_model
+):
+    from tests.webapp.annotation.factories import DISPUTED_PAIR_COUNTS, make_disputed_project
+    from webapp.experiments.data_snapshot import snapshot_path
+
+    project = make_disputed_project(owner=researcher)
+    log_in(page, live_server, "rita", "rita-password-1")
+    page.goto(f"{live_server.url}/runs/new?kind=reward_model")
+    page.select_option("[name=data_source]", "project_pairs")
+    page.select_option("[name=project]", str(project.pk))
+    page.select_option("[name=aggregation]", "majority")
+    _fill(page, {"batch_size": "4", "max_steps": "2"})
+    page.select_option("[name=model]", label="tiny arithmetic (local directory, causal LM)")
+    page.click("button[type=submit].primary")
+    page.wait_for_url(f"{live_server.url}/runs/*/")
+    run = Run.objects.get()
+    assert run.data_source == {"type": "project_pairs", "project_id": project.pk, "aggregation": "majority"}
+    assert run.data_rows == DISPUTED_PAIR_COUNTS["majority"]
+    assert "aggregation: majority" in page.inner_text("#run-data-source")
+    with page.expect_download() as download:
+        page.click("#run-data-snapshot a")
+    assert download.value.path().read_bytes() == snapshot_path(run.pk).read_bytes()
+    assert page.js_errors == []

@@ -22,6 +22,7 @@ from webapp.accounts.services import api_token_create, user_create
 from webapp.annotation import services as annotation_services
 from webapp.annotation.models import Assignment, ImportJob, Project, RoundScoring, SamplingJob
 from webapp.experiments import services as run_services
+from webapp.experiments.data_snapshot import snapshot_path, snapshot_write
 from webapp.experiments.models import ModelRef, Run
 
 pytestmark = pytest.mark.django_db
@@ -63,6 +64,8 @@ def world(researcher, annotator, monkeypatch) -> World:
     project_run = Run.objects.create(name="team A reward model", kind="reward_model", config={},
                                      data_source={"type": "project_pairs", "project_id": project.pk},
                                      status=Run.Status.FAILED)
+    frozen = snapshot_write([{"prompt": "p", "chosen": "a", "rejected": "b"}], snapshot_path(project_run.pk))
+    Run.objects.filter(pk=project_run.pk).update(data_rows=frozen.rows, data_sha256=frozen.sha256)
     run_services.metric_rows_write(run_id=project_run.pk, rows=[
         {"step": 1, "wall_time": 0.0, "tokens_seen": 1, "metrics": {"loss": 1.0}}])
     run_services.samples_write(run_id=project_run.pk, samples=[
@@ -87,7 +90,7 @@ def _pages(w: World) -> dict[str, list[tuple[str, str, dict]]]:
     exports = [("GET", reverse("annotation:project_export", args=[project, kind]), {})
                for kind in ("pairs.jsonl", "pairs.csv", "rankings.jsonl", "dataset.zip")]
     run_pages = {name: [("GET", reverse(f"experiments:{name}", args=[run]), {})]
-                 for name in ("run_detail", "run_status", "run_metrics", "run_samples")}
+                 for name in ("run_detail", "run_status", "run_metrics", "run_samples", "run_data")}
     return {
         **annotation, **run_pages,
         "project_export": exports,
@@ -253,6 +256,7 @@ def _api_operations(w: World, *, project: object, run: object, prompt: object, u
         ("GET", f"/api/v1/runs/{run}", None),
         ("GET", f"/api/v1/runs/{run}/metrics", None),
         ("GET", f"/api/v1/runs/{run}/samples", None),
+        ("GET", f"/api/v1/runs/{run}/data", None),
         ("POST", f"/api/v1/runs/{run}/cancel", None),
         ("POST", f"/api/v1/runs/{run}/resume", {"checkpoint_id": w.checkpoint.pk, "remove_later": True}),
         ("POST", f"/api/v1/runs/{run}/fork", {"config": {}}),

@@ -4,6 +4,7 @@ from django import forms
 from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 
+from webapp.annotation.aggregation import ANNOTATOR_PREFIX, AggregationError, aggregation_check
 from webapp.annotation.importing import FORMATS
 from webapp.annotation.models import GENERATION_SETTING_BOUNDS, Project, Round
 from webapp.annotation.preferences import STRATEGIES
@@ -121,5 +122,25 @@ class SamplingForm(forms.Form):
         return models_offered((ModelRef.Architecture.CAUSAL_LM,), user=self.user)
 
 
+def aggregation_choices(annotators: list[str]) -> list[tuple[str, str]]:
+    """The aggregations a project offers: the three rules, then one annotator's pairs for each annotator."""
+    return [("all", "all pairs (every annotator's)"), ("majority", "majority (one row a pair, ties dropped)"),
+            ("drop_conflicts", "drop conflicts (one row a pair all agree on)")] + [
+        (f"{ANNOTATOR_PREFIX}{name}", f"only {name}'s pairs") for name in annotators]
+
+
 class ExportForm(forms.Form):
     strategy = forms.ChoiceField(choices=[(name, name.replace("_", " ")) for name in STRATEGIES], initial="all")
+    aggregation = forms.CharField(required=False, initial="all", help_text=(
+        "How the pairs of annotators who disagree are combined (see the README, «Annotators who disagree»)."),
+        widget=forms.Select)
+
+    def __init__(self, *args: object, annotators: list[str] | None = None, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["aggregation"].widget.choices = aggregation_choices(annotators or [])
+
+    def clean_aggregation(self) -> str:
+        try:
+            return aggregation_check(self.cleaned_data["aggregation"] or "all")
+        except AggregationError as error:
+            raise ValidationError(str(error)) from None

@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from webapp.accounts.roles import is_admin, is_researcher
 from webapp.annotation import agreement, winrates
+from webapp.annotation.aggregation import aggregate_pairs
 from webapp.annotation.exporting import conversational_rows
 from webapp.annotation.models import (
     Assignment,
@@ -320,7 +321,13 @@ def _exportable_pairs(project_id: int) -> QuerySet[PreferencePair]:
     )
 
 
-def pair_rows(*, project_id: int, strategy: str = "all") -> Iterator[dict]:
+def pair_rows(*, project_id: int, strategy: str = "all", aggregation: str = "all") -> Iterator[dict]:
+    """The project's pair rows under `strategy`, aggregated across annotators by `aggregation`
+    (webapp.annotation.aggregation: all, majority, drop_conflicts, annotator:<username>)."""
+    return aggregate_pairs(_strategy_pair_rows(project_id=project_id, strategy=strategy), aggregation)
+
+
+def _strategy_pair_rows(*, project_id: int, strategy: str) -> Iterator[dict]:
     """TRL rows {prompt, chosen, rejected, weight, margin, ranking_id, annotator}, streamed from the database:
     conversational (prompt = its messages, chosen/rejected = one assistant message each) when the prompt is a
     conversation, standard (text) otherwise.
@@ -353,20 +360,22 @@ def pair_rows(*, project_id: int, strategy: str = "all") -> Iterator[dict]:
                    **_pair_rounds(chosen_round, rejected_round, chosen_model, rejected_model)}
 
 
-def pair_count(*, project_id: int, strategy: str = "all") -> int:
+def pair_count(*, project_id: int, strategy: str = "all", aggregation: str = "all") -> int:
     """How many rows `pair_rows` yields: counted by the database for the stored pairs, by deriving them for the
-    other strategies."""
-    if strategy == "all":
+    other strategies and aggregations."""
+    if strategy == "all" and aggregation == "all":
         return _exportable_pairs(project_id).count()
-    return sum(1 for _ in pair_rows(project_id=project_id, strategy=strategy))
+    return sum(1 for _ in pair_rows(project_id=project_id, strategy=strategy, aggregation=aggregation))
 
 
-def pair_export_rows(*, project_id: int, strategy: str = "all", conversational: bool | None = None) -> Iterator[dict]:
+def pair_export_rows(
+    *, project_id: int, strategy: str = "all", aggregation: str = "all", conversational: bool | None = None
+) -> Iterator[dict]:
     """The rows of the pairs' JSONL export, the page's and the API's: all in TRL's conversational format when the
     project holds any conversation (or `conversational` says so), else as `pair_rows` yields them."""
     if conversational is None:
         conversational = project_has_conversations(project_id=project_id)
-    rows = pair_rows(project_id=project_id, strategy=strategy)
+    rows = pair_rows(project_id=project_id, strategy=strategy, aggregation=aggregation)
     return conversational_rows(rows) if conversational else rows
 
 
@@ -404,12 +413,21 @@ def project_prompts(*, project_id: int) -> QuerySet[Prompt]:
     return Prompt.objects.filter(project_id=project_id).order_by("id").prefetch_related(responses)
 
 
-def preference_pairs_for_training(*, project_id: int, strategy: str = "all") -> list[dict]:
+def preference_pairs_for_training(*, project_id: int, strategy: str = "all", aggregation: str = "all") -> list[dict]:
     return [
         {key: row[key] for key in ("prompt", "chosen", "rejected", "weight", "margin", "chosen_round",
                                    "rejected_round", "chosen_model", "rejected_model")}
-        for row in pair_rows(project_id=project_id, strategy=strategy)
+        for row in pair_rows(project_id=project_id, strategy=strategy, aggregation=aggregation)
     ]
+
+
+def pair_annotators(*, project_id: int) -> list[str]:
+    """The usernames of the project's annotators who gave pairs: the `annotator:<username>` aggregations offered."""
+    return sorted(
+        PreferencePair.objects.filter(project_id=project_id, ranking__isnull=False)
+        .values_list("ranking__annotator__username", flat=True)
+        .distinct()
+    )
 
 
 def prompts_for_training(*, project_id: int) -> list[dict]:
@@ -460,6 +478,16 @@ def projects_for_training(user: AbstractBaseUser) -> list[tuple[int, str, int, i
         pair_count=Count("pairs", distinct=True), prompt_count=Count("prompts", distinct=True)
     ).order_by("name")
     return [(p.pk, p.name, p.pair_count, p.prompt_count) for p in projects]
+
+
+def pair_annotators_for_training(user: AbstractBaseUser) -> list[str]:
+    """The usernames who gave pairs in the projects `user` reaches: the launch form's `annotator:<username>`
+    aggregations."""
+    return sorted(
+        PreferencePair.objects.filter(project__in=projects_visible_to(user), ranking__isnull=False)
+        .values_list("ranking__annotator__username", flat=True)
+        .distinct()
+    )
 
 
 # The items view: a project's prompts with their answers, filtered, searched and opened one by one ----------

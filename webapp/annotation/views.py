@@ -9,7 +9,15 @@ from urllib.parse import urlencode
 from django.contrib import messages
 from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
-from django.http import FileResponse, Http404, HttpRequest, HttpResponse, QueryDict, StreamingHttpResponse
+from django.http import (
+    FileResponse,
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseBadRequest,
+    QueryDict,
+    StreamingHttpResponse,
+)
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.html import escape
 from django.utils.text import slugify
@@ -244,7 +252,7 @@ def _detail_context(request: HttpRequest, project: Project) -> dict:
         "import_form": ImportForm(),
         "sampling_form": SamplingForm(initial={"responses_per_prompt": project.responses_per_item}, user=request.user,
                                       rounds=list(selectors.project_rounds(project))),
-        "export_form": ExportForm(),
+        "export_form": ExportForm(annotators=selectors.pair_annotators(project_id=project.pk)),
     }
 
 
@@ -446,13 +454,20 @@ def _sampling_job_answer(request: HttpRequest, job: SamplingJob, *, refusal: str
 def project_export(request: HttpRequest, project_id: int, kind: str) -> HttpResponse:
     project = _project(request, project_id)
     form = ExportForm(request.GET or None)
-    strategy = form.cleaned_data["strategy"] if form.is_valid() else "all"
+    if request.GET and not form.is_valid() and "aggregation" in form.errors:
+        return HttpResponseBadRequest(f"aggregation: {' '.join(form.errors['aggregation'])}",
+                                      content_type="text/plain; charset=utf-8")
+    strategy = form.cleaned_data.get("strategy", "all") if request.GET else "all"
+    aggregation = form.cleaned_data.get("aggregation", "all") if request.GET else "all"
     stem = f"{slugify(project.name) or project.pk}-{strategy}"
-    pairs = selectors.pair_rows(project_id=project.pk, strategy=strategy)
+    if aggregation != "all":
+        stem = f"{stem}-{slugify(aggregation)}"
+    pairs = selectors.pair_rows(project_id=project.pk, strategy=strategy, aggregation=aggregation)
     conversational = selectors.project_has_conversations(project_id=project.pk)
     if kind == "pairs.jsonl":
         # the API's pair export reads the same rows
-        rows = selectors.pair_export_rows(project_id=project.pk, strategy=strategy, conversational=conversational)
+        rows = selectors.pair_export_rows(project_id=project.pk, strategy=strategy, aggregation=aggregation,
+                                          conversational=conversational)
         return _stream(exporting.jsonl_lines(rows), f"{stem}-pairs.jsonl", "application/x-ndjson")
     if kind == "pairs.csv":
         return _stream(exporting.csv_lines(pairs), f"{stem}-pairs.csv", "text/csv")

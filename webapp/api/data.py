@@ -25,6 +25,7 @@ from ninja.errors import HttpError
 from ninja.responses import Status
 
 from webapp.annotation import exporting, selectors, services
+from webapp.annotation.aggregation import AGGREGATION_PATTERN, AggregationError, aggregation_check
 from webapp.annotation.importing import (
     ImportFileError,
     ImportRecord,
@@ -273,6 +274,8 @@ class PairsQuery(PageQuery):
         None, description="Omitted: as the page's export (conversational when the project holds a conversation)."
     )
     strategy: Literal[STRATEGIES] = "all"  # type: ignore[valid-type]
+    aggregation: str = Field("all", pattern=AGGREGATION_PATTERN, description="How disagreeing annotators' pairs combine: all, majority, "
+                             "drop_conflicts or annotator:<username> (the README, «Annotators who disagree»).")
     stream: Literal["jsonl"] | None = Field(None, description="jsonl: every row as JSON lines, paging ignored.")
 
 
@@ -289,7 +292,13 @@ def pair_list(request: HttpRequest, project_id: int, query: Query[PairsQuery]) -
                              "(format=conversational, or leave format out)")
     if query.format == "conversational":
         conversational = True
-    rows = selectors.pair_export_rows(project_id=project.pk, strategy=query.strategy, conversational=conversational)
+    try:
+        aggregation = aggregation_check(query.aggregation)
+    except AggregationError as error:
+        raise HttpError(422, f"aggregation: {error}") from None
+    rows = selectors.pair_export_rows(project_id=project.pk, strategy=query.strategy, aggregation=aggregation,
+                                      conversational=conversational)
     if query.stream == "jsonl":
         return StreamingHttpResponse(exporting.jsonl_lines(rows), content_type="application/x-ndjson; charset=utf-8")
-    return page_of(rows, paging=query, count=selectors.pair_count(project_id=project.pk, strategy=query.strategy))
+    count = selectors.pair_count(project_id=project.pk, strategy=query.strategy, aggregation=aggregation)
+    return page_of(rows, paging=query, count=count)

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.http import HttpRequest
+from django.http import FileResponse, HttpRequest
 from django.urls import reverse
 from ninja import Body, Field, Query, Router, Schema, Status
 from ninja.errors import HttpError
@@ -21,6 +21,7 @@ from ninja.errors import HttpError
 from webapp.api.auth import researcher_only
 from webapp.api.schemas import BodyIn, Detail, Page, PageQuery, WholeNumber, page_of
 from webapp.experiments import selectors, services
+from webapp.experiments.data_snapshot import NO_SNAPSHOT, snapshot_download_name, snapshot_path
 from webapp.experiments.models import EXTERNAL_KIND, Run
 
 router = Router(tags=["runs"])
@@ -29,6 +30,7 @@ router = Router(tags=["runs"])
 FORM_FIELD_NAMES = {
     "kind": "kind", "name": "name", "config": "config", "data_source": "data_source",
     "level": "data_source.level", "size": "data_source.size", "project": "data_source.project_id",
+    "aggregation": "data_source.aggregation",
     "upload": "data_source", "project_id": "project_id", "total_steps": "total_steps",
     "checkpoint": "checkpoint_id", "status": "status", "batch_id": "batch_id", "error": "error",
 }
@@ -53,6 +55,9 @@ class RunOut(Schema):
     finished_at: datetime | None
     heartbeat_at: datetime | None
     parent_id: int | None
+    data_rows: int | None = Field(description="Rows in the training data frozen at launch (GET /runs/{id}/data); "
+                                              "null where none was frozen (arithmetic, an external run).")
+    data_sha256: str = Field(description="SHA-256 of the frozen training data's bytes; empty where none.")
     url: str = Field(description="The run's page.")
 
 
@@ -120,6 +125,15 @@ class SamplesQuery(PageQuery):
 def run_out(request: HttpRequest, run: Run) -> dict[str, Any]:
     fields = {name: getattr(run, name) for name in RunOut.model_fields if name not in ("url",)}
     return {**fields, "id": run.pk, "url": request.build_absolute_uri(reverse("experiments:run_detail", args=[run.pk]))}
+
+
+def run_data_response(run: Run) -> FileResponse:
+    """The run's frozen training data as a download (the API's and the page's), 404 where it has none."""
+    path = snapshot_path(run.pk)
+    if not run.data_sha256 or not path.is_file():
+        raise HttpError(404, NO_SNAPSHOT.format(run_id=run.pk))
+    return FileResponse(path.open("rb"), as_attachment=True, filename=snapshot_download_name(run.pk),
+                        content_type="application/x-ndjson; charset=utf-8")
 
 
 def run_or_404(request: HttpRequest, run_id: int) -> Run:
@@ -242,6 +256,16 @@ def run_metrics(request: HttpRequest, run_id: int, query: Query[MetricRowsQuery]
     run = run_or_404(request, run_id)
     page = selectors.metric_rows_page(run_id=run.pk, after_step=query.after_step, limit=query.limit)
     return {"rows": page.rows, "next_after_step": page.next_after_step}
+
+
+@router.get("/{int:run_id}/data", response={200: None, 404: Detail},
+            openapi_extra={"responses": {200: {"content": {"application/x-ndjson": {"schema": {
+                "type": "string", "description": "The training rows, one JSON object a line."}}}}}},
+            summary="The training rows a run trained on, frozen at its launch")
+@researcher_only
+def run_data(request: HttpRequest, run_id: int) -> FileResponse:
+    """The snapshot's exact bytes: their SHA-256 is the run's `data_sha256`, their lines its `data_rows`."""
+    return run_data_response(run_or_404(request, run_id))
 
 
 @router.get("/{int:run_id}/samples", response={200: Page[SampleOut], 404: Detail},

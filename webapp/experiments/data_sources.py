@@ -18,6 +18,7 @@ from trainer.formats.jsonl import JsonlError, numbered_jsonl_lines, read_jsonl_f
 from trainer.kinds import run_kind
 from trainer.rewards import reward_row_fields, row_has_field
 from webapp.annotation import selectors as annotation_selectors
+from webapp.annotation.aggregation import AggregationError, aggregation_check
 
 DATA_SOURCE_TYPES = ("arithmetic", "project_pairs", "project_prompts", "upload")
 ARITHMETIC_EVAL_ROWS = 8
@@ -48,6 +49,11 @@ def data_source_check(kind: str, source: Mapping[str, Any]) -> None:
         raise ValidationError({"upload": "the uploaded file is missing; upload it again"})
     if source_type.startswith("project_") and not isinstance(source.get("project_id"), int):
         raise ValidationError({"project": "choose a project"})
+    if source_type == "project_pairs":
+        try:
+            aggregation_check(source.get("aggregation", "all"))
+        except AggregationError as error:
+            raise ValidationError({"aggregation": str(error)}) from None
 
 
 def data_source_rewards_check(kind: str, config: Mapping[str, Any], source: Mapping[str, Any]) -> None:
@@ -119,7 +125,12 @@ def data_source_rows(kind: str, source: Mapping[str, Any]) -> int | None:
         return source.get("rows")
     if source_type == "project_prompts":
         return annotation_selectors.training_prompt_count(project_id=source["project_id"])
-    return annotation_selectors.pair_count(project_id=source["project_id"])
+    return annotation_selectors.pair_count(project_id=source["project_id"], aggregation=pair_aggregation(source))
+
+
+def pair_aggregation(source: Mapping[str, Any]) -> str:
+    """How a project's pairs source combines disagreeing annotators: "all" for a source stored before it was named."""
+    return source.get("aggregation", "all")
 
 
 def _arithmetic_rows(kind: str, level: int, split: str, count: int) -> list[dict]:
@@ -140,7 +151,8 @@ def training_rows(kind: str, source: Mapping[str, Any]) -> tuple[list[dict], lis
         return read_jsonl_file(source["path"]), None
     if source_type == "project_prompts":
         return annotation_selectors.prompts_for_training(project_id=source["project_id"]), None
-    pairs = annotation_selectors.preference_pairs_for_training(project_id=source["project_id"])
+    pairs = annotation_selectors.preference_pairs_for_training(project_id=source["project_id"],
+                                                               aggregation=pair_aggregation(source))
     if run_kind(kind).rows == "completions":
         return [{"prompt": pair["prompt"], "completion": pair["chosen"]} for pair in pairs], None
     return pairs, None

@@ -32,7 +32,7 @@ GROUP_ORDER = ("model", "optimisation", "processes", "data", "logging", "advance
 GROUP_TITLES = {"data": "Sequences and sampling", "processes": "Processes (data parallel, sharded)"}
 OPEN_GROUPS = ("model", "optimisation")
 # the fields above the config groups, in the order the page shows them
-SOURCE_FIELDS = ("name", "data_source", "level", "size", "project", "upload")
+SOURCE_FIELDS = ("name", "data_source", "level", "size", "project", "aggregation", "upload")
 
 
 def _projects(user: AbstractBaseUser) -> list[tuple[int, str, int, int]]:
@@ -41,6 +41,15 @@ def _projects(user: AbstractBaseUser) -> list[tuple[int, str, int, int]]:
     except ImportError:
         return []
     return list(projects_for_training(user))
+
+
+def _aggregation_choices(user: AbstractBaseUser) -> list[tuple[str, str]]:
+    try:
+        from webapp.annotation.forms import aggregation_choices
+        from webapp.annotation.selectors import pair_annotators_for_training
+    except ImportError:
+        return [("all", "all")]
+    return aggregation_choices(pair_annotators_for_training(user))
 
 
 def _model_label(model: ModelRef) -> str:
@@ -112,6 +121,8 @@ class LaunchForm(forms.Form):
                                    help_text="Arithmetic level: 1 = a + b, 2 = two operations, 3 = three.")
     size = forms.IntegerField(min_value=1, initial=64, required=False, help_text="Arithmetic problems to train on.")
     project = forms.TypedChoiceField(coerce=int, required=False, empty_value=None)
+    aggregation = forms.ChoiceField(required=False, initial="all", help_text=(
+        "A project's pairs: how annotators who disagree on a pair are combined (the README, «Annotators who disagree»)."))
     upload = forms.FileField(required=False, help_text="JSONL; one object per line with the fields the kind needs.")
 
     def __init__(self, *args: Any, kind: str, user: AbstractBaseUser, initial_config: dict[str, Any] | None = None,
@@ -122,6 +133,7 @@ class LaunchForm(forms.Form):
         self.kind = kind
         self.kept_upload = kept_upload
         self.fields["upload"].help_text += f" At most {limit_text()}."
+        self.fields["aggregation"].choices = _aggregation_choices(user)
         if kept_upload:
             self.fields["upload"].help_text = (
                 f"Kept from the parent run: {kept_upload.get('name', 'its file')}"
@@ -207,7 +219,10 @@ class LaunchForm(forms.Form):
         if source == "arithmetic":
             return {"type": "arithmetic", "level": self.cleaned_data.get("level") or 1,
                     "size": self.cleaned_data.get("size")}
-        if source in ("project_pairs", "project_prompts"):
+        if source == "project_pairs":
+            return {"type": source, "project_id": self.cleaned_data.get("project"),
+                    "aggregation": self.cleaned_data.get("aggregation") or "all"}
+        if source == "project_prompts":
             return {"type": source, "project_id": self.cleaned_data.get("project")}
         return {"type": "upload"}
 

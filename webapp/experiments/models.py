@@ -64,6 +64,10 @@ class Run(models.Model):
     kind = models.CharField(max_length=20, choices=Kind.choices)
     config = models.JSONField(help_text="Validated by the trainer's dataclass for this kind.")
     data_source = models.JSONField(help_text='e.g. {"type": "arithmetic", "level": 1, "size": 64}')
+    # The frozen snapshot of the training rows, written at launch (webapp.experiments.data_snapshot): the worker
+    # trains from it, so rows annotated after the launch never change what the run trained on.
+    data_rows = models.PositiveIntegerField(null=True, blank=True, help_text="Training rows in the snapshot.")
+    data_sha256 = models.CharField(max_length=64, blank=True, help_text="SHA-256 of the snapshot file's bytes.")
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.QUEUED)
     cancel_requested = models.BooleanField(default=False)
     error = models.TextField(blank=True)

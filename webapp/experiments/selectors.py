@@ -65,6 +65,8 @@ def fork_initial(parent: Run) -> dict[str, Any]:
         initial.update(level=source.get("level"), size=source.get("size"))
     elif source.get("project_id") is not None:
         initial["project"] = source["project_id"]
+        if source.get("aggregation"):
+            initial["aggregation"] = source["aggregation"]
     return initial
 
 
@@ -250,7 +252,8 @@ def data_source_text(source: Mapping[str, Any]) -> DataSourceText:
         name = project_name(project_id)
         if name is None:
             return DataSourceText(f"Project #{project_id} (deleted): {PROJECT_SOURCE_WORDS[source_type]}")
-        return DataSourceText(f"Project «{name}»: {PROJECT_SOURCE_WORDS[source_type]}", project_id)
+        return DataSourceText(f"Project «{name}»: {PROJECT_SOURCE_WORDS[source_type]}{_aggregation_words(source)}",
+                              project_id)
     if source_type == EXTERNAL_KIND:
         project_id = source.get("project_id")
         if project_id is None:
@@ -260,6 +263,15 @@ def data_source_text(source: Mapping[str, Any]) -> DataSourceText:
             return DataSourceText(f"{EXTERNAL_SOURCE_WORDS}, on project #{project_id} (deleted)")
         return DataSourceText(f"{EXTERNAL_SOURCE_WORDS}, on project «{name}»", project_id)
     return DataSourceText(", ".join(f"{key} {value}" for key, value in source.items()))
+
+
+def _aggregation_words(source: Mapping[str, Any]) -> str:
+    """", aggregation: majority" and the like for a pairs source that names its aggregation (how disagreeing
+    annotators' pairs combine); "" for one stored before sources named it."""
+    aggregation = source.get("aggregation")
+    if source.get("type") != "project_pairs" or not isinstance(aggregation, str):
+        return ""
+    return f", aggregation: {aggregation}"
 
 
 def project_reachable(project_id: int, *, user: AbstractBaseUser | None) -> bool:

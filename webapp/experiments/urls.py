@@ -12,6 +12,7 @@ urlpatterns = [
     path("runs/<int:run_id>/", views.run_detail, name="run_detail"),
     path("runs/<int:run_id>/status", views.run_status, name="run_status"),
     path("runs/<int:run_id>/metrics", views.run_metrics, name="run_metrics"),
+    path("runs/<int:run_id>/data.jsonl", views.run_data, name="run_data"),
     path("runs/<int:run_id>/samples", views.run_samples, name="run_samples"),
     path("runs/<int:run_id>/cancel", views.run_cancel, name="run_cancel"),
     path("runs/<int:run_id>/resume", views.run_resume, name="run_resume"),

@@ -9,7 +9,7 @@ from urllib.parse import urlencode
 from django.contrib import messages
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
@@ -18,6 +18,7 @@ from django_htmx.http import replace_url
 from trainer.config import ConfigError
 from webapp.accounts.roles import researcher_required
 from webapp.experiments import selectors, services
+from webapp.experiments.data_snapshot import NO_SNAPSHOT, snapshot_download_name, snapshot_path
 from webapp.experiments.forms import LaunchForm
 from webapp.experiments.models import ModelRef, Run
 from webapp.text import whole_number
@@ -184,6 +185,17 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     context = {**_run_context(run, resume=request.GET.get("resume", "")), "chart_runs_json": _chart_runs([run]),
                "config_items": sorted(run.config.items())}
     return render(request, "experiments/run_detail.html", context)
+
+
+@researcher_required
+def run_data(request: HttpRequest, run_id: int) -> FileResponse:
+    """The training rows frozen at the run's launch (webapp.experiments.data_snapshot), byte for byte."""
+    run = _run(request, run_id)
+    path = snapshot_path(run.pk)
+    if not run.data_sha256 or not path.is_file():
+        raise Http404(NO_SNAPSHOT.format(run_id=run.pk))
+    return FileResponse(path.open("rb"), as_attachment=True, filename=snapshot_download_name(run.pk),
+                        content_type="application/x-ndjson; charset=utf-8")
 
 
 @researcher_required

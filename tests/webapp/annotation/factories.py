@@ -35,3 +35,36 @@ def make_project(
 def make_annotators(count: int, prefix: str = "ann") -> list[User]:
     return [user_create(username=f"{prefix}{index}", role="annotator", password="pw-long-enough-1")[0]
             for index in range(count)]
+
+
+# Who ranked what in `make_disputed_project` (response texts, best tier first; None: skipped). The README
+# («Annotators who disagree») states the rules and these counts.
+DISPUTED_RANKINGS: dict[str, dict[str, list[list[str]] | None]] = {
+    "ann0": {"Question 0?": [["a"], ["b"], ["c"]], "Question 1?": [["d"], ["e"], ["f"]]},
+    "ann1": {"Question 0?": [["b"], ["a"], ["c"]], "Question 1?": [["e"], ["d", "f"]]},
+    "ann2": {"Question 0?": [["a"], ["b"], ["c"]], "Question 1?": None},
+}
+# Pair rows each aggregation gives (strategy "all"). Question 0: {a,b} is 2 votes to 1 (majority keeps a > b, drop
+# conflicts drops it), {a,c} and {b,c} all agree. Question 1: {d,e} is 1 vote each way (both drop it), {d,f} has one
+# vote and {e,f} two that agree.
+DISPUTED_PAIR_COUNTS = {"all": 14, "majority": 5, "drop_conflicts": 4, "annotator:ann0": 6, "annotator:ann1": 5,
+                        "annotator:ann2": 3, "annotator:nobody": 0}
+
+
+def make_disputed_project(*, owner: User | None = None) -> Project:
+    """Two items of three responses, ranked by three annotators who disagree (DISPUTED_RANKINGS)."""
+    from webapp.annotation.selectors import responses_shown
+
+    annotators = make_annotators(3)
+    project = make_project(items=2, overlap=3, texts=[["a", "b", "c"], ["d", "e", "f"]], members=annotators,
+                           owner=owner, name="Disputed")
+    for annotator in annotators:
+        while (lease := services.assignment_lease_next(project=project, annotator=annotator)) is not None:
+            tiers = DISPUTED_RANKINGS[annotator.username][lease.prompt.text]
+            if tiers is None:
+                services.ranking_skip(assignment_id=lease.pk, annotator=annotator)
+                continue
+            ids = {response.text: response.pk for response in responses_shown(prompt=lease.prompt, annotator=annotator)}
+            services.ranking_submit(assignment_id=lease.pk, annotator=annotator,
+                                    tiers=[[ids[text] for text in tier] for tier in tiers])
+    return project

@@ -22,7 +22,13 @@ from trainer.kinds import KINDS, config_from_dict, run_kind
 from webapp import job_lifecycle as lifecycle
 from webapp.celery_app import RUN_TRAINING
 from webapp.experiments import selectors
-from webapp.experiments.data_sources import data_source_check, data_source_rewards_check, data_source_rows
+from webapp.experiments.data_snapshot import SNAPSHOTTED_SOURCES, snapshot_path, snapshot_write
+from webapp.experiments.data_sources import (
+    data_source_check,
+    data_source_rewards_check,
+    data_source_rows,
+    training_rows,
+)
 from webapp.experiments.models import EXTERNAL_KIND, MODEL_FIELDS, MetricRow, ModelRef, Run, Sample
 from webapp.experiments.services.registry import _resolved_model_fields, model_resolve
 from webapp.queueing import publish_before_commit, publish_on_commit
@@ -126,8 +132,19 @@ def run_create(
     _set_aside_stale_output(output_dir)
     run.config = _validated_config(kind, config, str(output_dir))
     run.save(update_fields=["config"])
+    _snapshot_training_data(run)
     _queue(run, on_failure=_forget_unqueued_run(run.pk))
     return run
+
+
+def _snapshot_training_data(run: Run) -> None:
+    """Freeze the rows the run will train on (webapp.experiments.data_snapshot), recording their count and hash."""
+    if run.data_source.get("type") not in SNAPSHOTTED_SOURCES:
+        return
+    rows, _ = training_rows(run.kind, run.data_source)
+    snapshot = snapshot_write(rows, snapshot_path(run.pk))
+    run.data_rows, run.data_sha256 = snapshot.rows, snapshot.sha256
+    run.save(update_fields=["data_rows", "data_sha256"])
 
 
 def _models_check(config: Mapping[str, Any], *, user: AbstractBaseUser | None) -> None:

@@ -193,18 +193,21 @@ class Client:
         """The project's rankings, as the rankings export writes them."""
         return self.pages(f"projects/{project_id}/rankings")
 
-    def pairs(self, project_id: int, *, format: str | None = "standard", strategy: str = "all") -> Iterator[dict]:
+    def pairs(self, project_id: int, *, format: str | None = "standard", strategy: str = "all",
+              aggregation: str = "all") -> Iterator[dict]:
         """Every preference pair as TRL rows, streamed as JSON lines from the server. format: "standard",
         "conversational", or None for the page export's choice (conversational when the project holds a
-        conversation)."""
+        conversation). aggregation: how disagreeing annotators' pairs combine: "all", "majority",
+        "drop_conflicts" or "annotator:<username>"."""
         response = self.request("GET", f"projects/{project_id}/pairs", params={
-            "format": format, "strategy": strategy, "stream": "jsonl"}, stream=True)
+            "format": format, "strategy": strategy, "aggregation": aggregation, "stream": "jsonl"}, stream=True)
         with response:
             for line in response.iter_lines():
                 if line.strip():
                     yield json.loads(line)
 
-    def export_pairs(self, project_id: int, format: str | None = "standard", *, strategy: str = "all") -> Dataset:
+    def export_pairs(self, project_id: int, format: str | None = "standard", *, strategy: str = "all",
+                     aggregation: str = "all") -> Dataset:
         """The project's preference pairs as a `datasets.Dataset` (TRL's standard or conversational format),
         the rows the page's JSONL export writes. Needs `pip install preflab-client[datasets]`."""
         try:
@@ -216,7 +219,8 @@ class Client:
             ) from error
         from preflab_client.pair_dataset import dataset_from_rows
 
-        return dataset_from_rows(datasets, self.pairs(project_id, format=format, strategy=strategy))
+        return dataset_from_rows(datasets, self.pairs(project_id, format=format, strategy=strategy,
+                                                         aggregation=aggregation))
 
     # --- models --------------------------------------------------------------------------------------------
 

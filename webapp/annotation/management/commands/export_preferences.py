@@ -5,6 +5,7 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from webapp.annotation import exporting, selectors
+from webapp.annotation.aggregation import AggregationError, aggregation_check
 from webapp.annotation.models import Project
 from webapp.annotation.preferences import STRATEGIES
 from webapp.text import counted
@@ -27,12 +28,18 @@ class Command(BaseCommand):
         parser.add_argument("--project", required=True, help="project name or id")
         parser.add_argument("--format", choices=EXPORT_FORMATS, default="jsonl")
         parser.add_argument("--strategy", choices=STRATEGIES, default="all")
+        parser.add_argument("--aggregation", default="all",
+                            help="all | majority | drop_conflicts | annotator:USERNAME (the README, «Annotators who disagree»)")
         parser.add_argument("--output", type=Path, required=True, help="a file, or a directory for --format dataset")
 
     def handle(self, *args: object, **options) -> None:
         project = project_from_option(options["project"])
         output: Path = options["output"]
-        pairs = selectors.pair_rows(project_id=project.pk, strategy=options["strategy"])
+        try:
+            aggregation = aggregation_check(options["aggregation"])
+        except AggregationError as error:
+            raise CommandError(f"--aggregation: {error}") from None
+        pairs = selectors.pair_rows(project_id=project.pk, strategy=options["strategy"], aggregation=aggregation)
         conversational = selectors.project_has_conversations(project_id=project.pk)
         if options["format"] == "dataset":
             try:
