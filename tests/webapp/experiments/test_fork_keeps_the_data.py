@@ -58,7 +58,9 @@ def test_a_fork_of_a_run_on_project_pairs_trains_on_the_same_pairs(researcher_cl
     assert f'<option value="{project.pk}" selected>' in page
     fork, initial = _fork_with_a_new_lr(researcher_client, parent)
     assert (initial["data_source"], initial["project"]) == ("project_pairs", project.pk)
-    assert fork.data_source == parent.data_source == {"type": "project_pairs", "project_id": project.pk}
+    # a parent launched without an aggregation trained on every pair: its fork says so by name
+    assert parent.data_source == {"type": "project_pairs", "project_id": project.pk}
+    assert fork.data_source == {**parent.data_source, "aggregation": "all"}
     assert fork.parent_id == parent.pk and fork.config["lr"] == 0.0005 and fork.name == "on pairs (fork)"
 
 
@@ -113,3 +115,13 @@ def test_a_kept_file_is_refused_for_a_kind_that_needs_other_rows(researcher_clie
     (message,) = response.context["form"].errors["upload"]
     assert message.startswith(f"run #{parent.pk}'s file pairs.jsonl holds reward_model rows; a sft run needs")
     assert Run.objects.count() == 1
+
+
+def test_a_fork_keeps_its_parents_aggregation_of_disputed_pairs(researcher_client, researcher, tiny_model):
+    project = _pairs_project(researcher)
+    source = {"type": "project_pairs", "project_id": project.pk, "aggregation": "majority"}
+    parent = services.run_create(kind="dpo", config=small_config(tiny_model), data_source=source,
+                                 created_by=researcher, name="by majority")
+    fork, initial = _fork_with_a_new_lr(researcher_client, parent)
+    assert initial["aggregation"] == "majority"
+    assert fork.data_source == parent.data_source == source
