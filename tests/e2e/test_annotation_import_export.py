@@ -55,7 +55,8 @@ def test_import_watch_progress_and_export(page, live_server, researcher, tmp_pat
     assert len(lines) == len(expected) == 6
     for line in lines:
         record = json.loads(line)
-        assert set(record) == {"prompt", "chosen", "rejected", "weight", "margin", "ranking_id", "annotator"}
+        assert set(record) == {"prompt", "chosen", "rejected", "weight", "margin", "ranking_id", "annotator",
+                               "chosen_round", "rejected_round", "chosen_model", "rejected_model"}
         assert (record["prompt"], record["chosen"], record["rejected"], record["margin"]) in expected
         assert record["weight"] == pytest.approx(1 / 3) and record["annotator"] == "ann0"
     assert Project.objects.get(pk=project.pk).pairs.count() == 6
