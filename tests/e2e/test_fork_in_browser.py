@@ -22,7 +22,8 @@ def test_a_fork_launched_with_a_new_lr_trains_on_the_parents_project_pairs(
         ImportRecord(line=index + 1, external_id=f"p{index}", text=f"{index} + 1 =", chosen=str(index + 1),
                      rejected=str(index + 2)) for index in range(8)])
     parent = services.run_create(kind="reward_model", config=small_config(tiny_model, max_steps=2),
-                                 data_source={"type": "project_pairs", "project_id": project.pk},
+                                 data_source={"type": "project_pairs", "project_id": project.pk,
+                                              "aggregation": "majority"},
                                  created_by=researcher, name="on pairs")
     wait_for(lambda: run_status(parent.pk) == Run.Status.SUCCEEDED, timeout_s=120,
              what=lambda: f"the parent run to succeed; worker log: {worker.log_tail()}")
@@ -33,6 +34,7 @@ def test_a_fork_launched_with_a_new_lr_trains_on_the_parents_project_pairs(
     page.wait_for_url(f"**/runs/new?fork={parent.pk}")
     assert page.input_value("[name=data_source]") == "project_pairs"
     assert page.input_value("[name=project]") == str(project.pk)
+    assert page.input_value("[name=aggregation]") == "majority"
     assert page.is_visible("[name=project]") and not page.is_visible("[name=level]")
     page.fill("[name=lr]", "0.0005")
     page.click("button[type=submit].primary")
@@ -43,7 +45,8 @@ def test_a_fork_launched_with_a_new_lr_trains_on_the_parents_project_pairs(
 
     fork.refresh_from_db()
     assert fork.status == Run.Status.SUCCEEDED, fork.error
-    assert fork.data_source == parent.data_source == {"type": "project_pairs", "project_id": project.pk}
+    assert fork.data_source == parent.data_source == {"type": "project_pairs", "project_id": project.pk,
+                                                      "aggregation": "majority"}
     assert fork.config["lr"] == 0.0005
     assert {key: value for key, value in fork.config.items() if key not in ("lr", "output_dir")} == {
         key: value for key, value in parent.config.items() if key not in ("lr", "output_dir")}
