@@ -3,9 +3,8 @@ before (all of them: researchers saw every project), changes nothing for annotat
 not know."""
 
 import pytest
-from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
 
+from tests.webapp.migrating import latest_migrations_after, migrate_to  # noqa: F401 (the fixture)
 from webapp.accounts.roles import is_researcher
 from webapp.annotation.selectors import projects_visible_to
 
@@ -13,16 +12,10 @@ BEFORE = [("annotation", "0004_response_source_api")]
 AFTER = [("annotation", "0005_project_owner")]
 
 
-def _migrate(targets):
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    executor.migrate(targets)
-    return executor.loader.project_state(targets).apps
-
-
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("latest_migrations_after")
 def test_after_the_migration_every_researcher_still_reaches_every_project_and_annotators_only_theirs():
-    old = _migrate(BEFORE)
+    old = migrate_to(BEFORE)
     user_model, group_model = old.get_model("auth", "User"), old.get_model("auth", "Group")
     project_model = old.get_model("annotation", "Project")
     researcher_group, _ = group_model.objects.get_or_create(name="researcher")
@@ -35,7 +28,7 @@ def test_after_the_migration_every_researcher_still_reaches_every_project_and_an
     projects = [project_model.objects.create(name=f"project {index}") for index in range(4)]
     projects[0].members.add(annotator, researchers[0])  # a researcher already a member stays one, once
 
-    _migrate(AFTER)
+    migrate_to(AFTER)
     from django.contrib.auth.models import User
 
     from webapp.annotation.models import Project

@@ -3,23 +3,17 @@ the order they were made, and one API round per project of the responses added t
 responses belong to no round."""
 
 import pytest
-from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
+
+from tests.webapp.migrating import latest_migrations_after, migrate_to  # noqa: F401 (the fixture)
 
 BEFORE = [("annotation", "0005_project_owner")]
 AFTER = [("annotation", "0006_rounds")]
 
 
-def _migrate(targets):
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    executor.migrate(targets)
-    return executor.loader.project_state(targets).apps
-
-
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("latest_migrations_after")
 def test_earlier_sampling_jobs_and_api_responses_become_rounds():
-    old = _migrate(BEFORE)
+    old = migrate_to(BEFORE)
     project_model, prompt_model = old.get_model("annotation", "Project"), old.get_model("annotation", "Prompt")
     response_model, job_model = old.get_model("annotation", "Response"), old.get_model("annotation", "SamplingJob")
     project = project_model.objects.create(name="old")
@@ -33,7 +27,7 @@ def test_earlier_sampling_jobs_and_api_responses_become_rounds():
                                       source_detail={"model": job.model_path, "sampling_job": job.pk})
     response_model.objects.create(prompt=prompts[1], text="by api", source="api")
 
-    _migrate(AFTER)
+    migrate_to(AFTER)
     from webapp.annotation.models import Prompt, Response, Round, SamplingJob
 
     rounds = list(Round.objects.filter(project_id=project.pk).values_list("number", "source", "model",
