@@ -205,7 +205,9 @@ WHOLE_NUMBER_SETTINGS = ("responses_per_prompt", "max_new_tokens", "seed", "batc
 OPTIONAL_SETTINGS = {"batch_size": 8}
 
 
-class SamplingJob(models.Model):
+class GpuJob(models.Model):
+    """What a job on the gpu queue records of its life (webapp/job_lifecycle.py): a sampling job, a round scoring."""
+
     class Status(models.TextChoices):
         QUEUED = "queued", "Queued"
         RUNNING = "running", "Running"
@@ -213,10 +215,6 @@ class SamplingJob(models.Model):
         FAILED = "failed", "Failed"
         CANCELED = "canceled", "Canceled"
 
-    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="sampling_jobs")
-    round = models.OneToOneField(Round, null=True, blank=True, on_delete=models.SET_NULL, related_name="sampling_job")
-    model_path = models.CharField(max_length=500)
-    generation_settings = models.JSONField(default=dict)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
     progress_done = models.PositiveIntegerField(default=0)
     progress_total = models.PositiveIntegerField(default=0)
@@ -232,10 +230,7 @@ class SamplingJob(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
-        ordering = ["-created_at"]
-
-    def __str__(self) -> str:
-        return f"sampling job {self.pk} ({self.status})"
+        abstract = True
 
     @property
     def is_active(self) -> bool:
@@ -244,6 +239,19 @@ class SamplingJob(models.Model):
     @property
     def percent(self) -> int:
         return round(100 * self.progress_done / self.progress_total) if self.progress_total else 0
+
+
+class SamplingJob(GpuJob):
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="sampling_jobs")
+    round = models.OneToOneField(Round, null=True, blank=True, on_delete=models.SET_NULL, related_name="sampling_job")
+    model_path = models.CharField(max_length=500)
+    generation_settings = models.JSONField(default=dict)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"sampling job {self.pk} ({self.status})"
 
 
 class ImportJob(models.Model):
@@ -306,42 +314,20 @@ class ImportJob(models.Model):
                 "were already in the project.")
 
 
-class RoundScoring(models.Model):
+class RoundScoring(GpuJob):
     """A reward model's scores for every response of a round's items, computed on a GPU worker
     (workers/scoring.py): the round's win rate by the reward model is read from them (selectors.round_rows)."""
-
-    class Status(models.TextChoices):
-        QUEUED = "queued", "Queued"
-        RUNNING = "running", "Running"
-        SUCCEEDED = "succeeded", "Succeeded"
-        FAILED = "failed", "Failed"
-        CANCELED = "canceled", "Canceled"
 
     round = models.ForeignKey(Round, on_delete=models.CASCADE, related_name="scorings")
     reward_run = models.ForeignKey("experiments.Run", null=True, on_delete=models.SET_NULL, related_name="+")
     # the checkpoint scored with, as it was when the job was made: the run's checkpoint may move later
     checkpoint_path = models.CharField(max_length=1000)
-    status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
-    progress_done = models.PositiveIntegerField(default=0)
-    progress_total = models.PositiveIntegerField(default=0)
-    error = models.TextField(blank=True)
-    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
-    created_at = models.DateTimeField(auto_now_add=True)
-    queued_at = models.DateTimeField(null=True, blank=True)
-    started_at = models.DateTimeField(null=True, blank=True)
-    heartbeat_at = models.DateTimeField(null=True, blank=True)
-    cancel_requested = models.BooleanField(default=False)
-    finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]
 
     def __str__(self) -> str:
         return f"round scoring {self.pk} ({self.status})"
-
-    @property
-    def is_active(self) -> bool:
-        return self.status in (self.Status.QUEUED, self.Status.RUNNING)
 
 
 class RewardScore(models.Model):

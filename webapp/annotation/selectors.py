@@ -701,12 +701,13 @@ def round_rows(project: Project) -> list[RoundRow]:
         response_count=Count("responses", filter=Q(responses__copy_of__isnull=True), distinct=True),
     ):
         scoring = latest_round_scoring(round_)
-        scored = scoring if scoring is not None and scoring.status == RoundScoring.Status.SUCCEEDED else None
+        scores = round_scores(scoring) if scoring is not None and scoring.status == RoundScoring.Status.SUCCEEDED \
+            else None
         rows.append(RoundRow(round=round_, items=round_.item_count, responses=round_.response_count,
                              ranked_items=round_.ranked_count, win_rate=winrates.win_rate(round_outcomes(round_)),
                              scoring=scoring,
-                             rm_win_rate=winrates.win_rate(round_score_outcomes(scored)) if scored else None,
-                             rm_agreement=round_score_agreement(scored) if scored else None))
+                             rm_win_rate=winrates.win_rate(round_score_outcomes(round_, scores)) if scores else None,
+                             rm_agreement=round_score_agreement(round_, scores) if scores else None))
     return rows
 
 
@@ -719,15 +720,14 @@ def round_scores(scoring: RoundScoring) -> dict[int, float]:
     return dict(RewardScore.objects.filter(scoring=scoring).values_list("response_id", "score"))
 
 
-def round_score_outcomes(scoring: RoundScoring) -> list[float]:
-    """Per new response of the round's new items: its score against the compared copy beside it, by the reward
-    model's scores (winrates.score_outcome); a first round's items compare nothing."""
-    scores = round_scores(scoring)
-    items = Prompt.objects.filter(round_id=scoring.round_id, origin__isnull=False)
+def round_score_outcomes(round_: Round, scores: dict[int, float]) -> list[float]:
+    """Per new response of the round's new items: its score against the compared copy beside it, by a reward
+    model's scores (round_scores; winrates.score_outcome); a first round's items compare nothing."""
+    items = Prompt.objects.filter(round_id=round_.pk, origin__isnull=False)
     copies = dict(Response.objects.filter(prompt__in=items, copy_of__isnull=False).values_list("prompt_id", "pk"))
     outcomes = []
     for prompt_id, pk in Response.objects.filter(
-        prompt__in=items, round_id=scoring.round_id, copy_of__isnull=True
+        prompt__in=items, round_id=round_.pk, copy_of__isnull=True
     ).order_by("id").values_list("prompt_id", "pk"):
         copy = copies.get(prompt_id)
         if copy in scores and pk in scores:
@@ -735,10 +735,9 @@ def round_score_outcomes(scoring: RoundScoring) -> list[float]:
     return outcomes
 
 
-def round_score_agreement(scoring: RoundScoring) -> winrates.Agreement | None:
-    """How many of the people's pairs (from rankings) on the round's items the reward model orders alike."""
-    scores = round_scores(scoring)
-    pairs = PreferencePair.objects.filter(prompt__round_id=scoring.round_id, ranking__isnull=False)
+def round_score_agreement(round_: Round, scores: dict[int, float]) -> winrates.Agreement | None:
+    """How many of the people's pairs (from rankings) on the round's items a reward model's scores order alike."""
+    pairs = PreferencePair.objects.filter(prompt__round_id=round_.pk, ranking__isnull=False)
     return winrates.agreement(
         (scores[chosen], scores[rejected]) for chosen, rejected in pairs.values_list("chosen_id", "rejected_id")
         if chosen in scores and rejected in scores

@@ -53,9 +53,8 @@ def win_rate(outcomes: Iterable[float]) -> WinRate | None:
 
 def outcome(new_position: int, compared_position: int) -> float:
     """The new response's score against the compared one, from their tiers (1 = best)."""
-    if new_position == compared_position:
-        return 0.5
-    return 1.0 if new_position < compared_position else 0.0
+    # a lower tier wins as a higher score does
+    return score_outcome(compared_position, new_position)
 
 
 def score_outcome(new_score: float, compared_score: float) -> float:
