@@ -20,6 +20,8 @@ class OutageProxy:
         self.stall_s = 0.0  # while down, how long a request hangs before its 503 (a server that hangs)
         self.refused = 0
         self.passed: list[tuple[str, str, object]] = []  # (method, path, JSON body or None) the server received
+        self.keep_bodies = True  # off for a test that sends more than memory should hold
+        self.answers: list[tuple[str, str, int, int]] = []  # (method, path, request bytes, the server's status)
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         self._server.daemon_threads = True
@@ -67,8 +69,11 @@ class OutageProxy:
                     connection.request(self.command, self.path, body=body, headers=headers)
                     answer = connection.getresponse()
                     content = answer.read()
+                    path = self.path.split("?")[0]
                     with proxy._lock:
-                        proxy.passed.append((self.command, self.path.split("?")[0], json.loads(body) if body else None))
+                        proxy.answers.append((self.command, path, len(body), answer.status))
+                        if proxy.keep_bodies:
+                            proxy.passed.append((self.command, path, json.loads(body) if body else None))
                     self._answer(answer.status, content, answer.getheader("Content-Type") or "application/json")
                 finally:
                     connection.close()

@@ -16,7 +16,9 @@ import json
 import logging
 import os
 import re
+import socket
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,6 +78,44 @@ class Refused(Exception):
 
 RETRYABLE_STATUSES = (408, 425, 429)
 ENTRY_PATHS = {"log": "log", "samples": "samples", "finish": "finish"}
+ENTRY_ITEMS = {"log": "rows", "samples": "samples"}
+
+# Bounds of one request the client builds, below the server's: at most 10,000 rows and 1,000 samples a request
+# (EXTERNAL_ROWS_MAX, EXTERNAL_SAMPLES_MAX) and 50 MiB a JSON body (DATA_UPLOAD_MAX_MEMORY_SIZE).
+REQUEST_ROWS_MAX = 2_000
+REQUEST_SAMPLES_MAX = 500
+REQUEST_BYTES_MAX = 8 * 1024 * 1024
+REQUEST_ITEMS_MAX = {"log": REQUEST_ROWS_MAX, "samples": REQUEST_SAMPLES_MAX}
+
+
+def entry_pieces(entry: dict, max_items: int | None = None) -> list[dict]:
+    """`entry` as requests of at most `max_items` rows or samples each (the kind's bound when None), in order. A
+    piece of a samples batch gets an id derived from the batch's, so that sending the same entry again (a replay)
+    makes the same pieces, each written once by the server."""
+    field = ENTRY_ITEMS.get(entry.get("kind", ""))
+    limit = max_items or REQUEST_ITEMS_MAX.get(entry.get("kind", ""), 0)
+    items = entry.get("body", {}).get(field) if field else None
+    if not isinstance(items, list) or len(items) <= limit:
+        return [entry]
+    pieces = []
+    for number, start in enumerate(range(0, len(items), limit)):
+        body = {**entry["body"], field: items[start:start + limit]}
+        if entry["kind"] == "samples":
+            body["batch_id"] = f"{entry['body'].get('batch_id', '')}.{number}"
+        pieces.append({**entry, "body": body})
+    return pieces
+
+
+def _encoded(body: Any) -> bytes:
+    return json.dumps(body, allow_nan=False).encode()
+
+
+def size_refusal(refusal: Refused) -> bool:
+    """The server refused a request for its size (413, or the 422 of too many rows or samples): a smaller
+    request is taken, so this is never final while the request can be split."""
+    detail = refusal.detail
+    return refusal.status == 413 or (refusal.status == 422 and "at most" in detail
+                                     and ("a request" in detail or "a batch" in detail))
 
 
 class EntrySender:
@@ -87,14 +127,46 @@ class EntrySender:
         self.timeout = timeout
 
     def send(self, entry: dict) -> Any:
-        return self.call("POST", ENTRY_PATHS[entry["kind"]], entry["body"])
+        """Send one entry as requests within REQUEST_*_MAX (an entry journaled by an older client may hold many
+        more rows); a piece the server refuses for its size is halved and sent again. The pieces go in order;
+        when one fails the entry is sent again whole later, which the server's idempotence makes harmless. The
+        answer of a log or samples entry adds up its pieces' `written`."""
+        written = 0
+        answer: Any = None
+        for piece in entry_pieces(entry):
+            answer = self._send_within_size(piece)
+            if isinstance(answer, dict) and isinstance(answer.get("written"), int):
+                written += answer["written"]
+        return {"written": written} if entry["kind"] in ENTRY_ITEMS else answer
 
-    def call(self, method: str, path: str, body: Any = None) -> Any:
+    def _send_within_size(self, entry: dict) -> Any:
+        field = ENTRY_ITEMS.get(entry["kind"])
+        count = len(entry["body"].get(field) or ()) if field else 0
+        data = _encoded(entry["body"])
+        if count > 1 and len(data) > REQUEST_BYTES_MAX:
+            return self._send_halves(entry, count)
+        try:
+            return self.call("POST", ENTRY_PATHS[entry["kind"]], data=data)
+        except Refused as refusal:
+            if count > 1 and size_refusal(refusal):
+                return self._send_halves(entry, count)
+            raise
+
+    def _send_halves(self, entry: dict, count: int) -> Any:
+        written = 0
+        for piece in entry_pieces(entry, max_items=(count + 1) // 2):
+            answer = self._send_within_size(piece)
+            written += answer.get("written", 0) if isinstance(answer, dict) else 0
+        return {"written": written}
+
+    def call(self, method: str, path: str, body: Any = None, *, data: bytes | None = None) -> Any:
         url = f"{self.base}/{path}" if path else self.base
+        if data is None and body is not None:
+            data = _encoded(body)
         try:
             response = self.session.request(
-                method, url, data=None if body is None else json.dumps(body, allow_nan=False).encode(),
-                headers={"Content-Type": "application/json"} if body is not None else None, timeout=self.timeout)
+                method, url, data=data,
+                headers={"Content-Type": "application/json"} if data is not None else None, timeout=self.timeout)
         except requests.RequestException as error:
             raise Unreachable(f"{type(error).__name__}: {error}") from None
         if response.status_code >= 500 or response.status_code in RETRYABLE_STATUSES:
@@ -228,18 +300,27 @@ class Drained:
     samples: int = 0
     entries: int = 0
     complete: bool = True
+    unreachable: bool = False
     finish_answer: Any = None
 
 
-def drain(outbox: RunOutbox, sender: EntrySender, *, on_refused=None) -> Drained:
-    """Send the journal in order until it is empty (complete) or the server stops answering (the rest stays)."""
+def drain(outbox: RunOutbox, sender: EntrySender, *, on_refused=None, budget_s: float | None = None) -> Drained:
+    """Send the journal in order until it is empty (complete), the server stops answering (unreachable), or
+    `budget_s` seconds have passed (the rest stays for the next call)."""
     result = Drained()
+    deadline = None if budget_s is None else time.monotonic() + budget_s
     try:
         for entry in outbox.entries():
+            if deadline is not None and result.entries and time.monotonic() > deadline:
+                result.complete = False
+                break
+            if entry.get("kind") == "finish":
+                entry = honest_finish(entry, outbox)
             try:
                 answer = sender.send(entry)
             except Unreachable:
                 result.complete = False
+                result.unreachable = True
                 break
             except Refused as refusal:
                 outbox.reject(entry, refusal)
@@ -255,6 +336,41 @@ def drain(outbox: RunOutbox, sender: EntrySender, *, on_refused=None) -> Drained
     finally:
         outbox.drop_first(result.entries, drop_torn=result.complete)
     return result
+
+
+def undelivered_counts(outbox: RunOutbox) -> tuple[int, int]:
+    """(metric rows, samples) of the run that the server refused, kept in its rejected.jsonl."""
+    rows = samples = 0
+    try:
+        lines = outbox.rejected.read_bytes().splitlines()
+    except FileNotFoundError:
+        return 0, 0
+    for line in lines:
+        try:
+            entry_rows, entry_samples = entry_counts(json.loads(line).get("entry", {}))
+        except (ValueError, AttributeError):
+            continue
+        rows += entry_rows
+        samples += entry_samples
+    return rows, samples
+
+
+def undelivered_error(outbox: RunOutbox) -> str | None:
+    """What a run that could not deliver everything ends with, or None when the server took every row."""
+    rows, samples = undelivered_counts(outbox)
+    if not rows and not samples:
+        return None
+    return (f"{rows:,} metric rows and {samples:,} samples were not delivered (the server refused them); they are "
+            f"kept in {outbox.rejected} on host {socket.gethostname()}")
+
+
+def honest_finish(entry: dict, outbox: RunOutbox) -> dict:
+    """A finish as "succeeded" becomes "failed" with undelivered_error when the server refused rows or samples of
+    the run: a run never says it succeeded while rows of it are missing."""
+    error = undelivered_error(outbox)
+    if error is None or entry["body"].get("status") != "succeeded":
+        return entry
+    return {**entry, "body": {"status": "failed", "error": error}}
 
 
 def replay_outboxes(client: Server) -> int:

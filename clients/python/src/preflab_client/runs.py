@@ -28,19 +28,29 @@ from typing import Any
 
 from preflab_client.http import Server
 from preflab_client.outbox import (
+    REQUEST_ROWS_MAX,
+    REQUEST_SAMPLES_MAX,
     EntrySender,
     Refused,
     RunOutbox,
     Unreachable,
     drain,
+    entry_counts,
+    honest_finish,
     outbox_root,
     replay_outboxes,
+    undelivered_error,
 )
 from preflab_client.values import NotANumber, metric_value, number_text, storable_text
 
 logger = logging.getLogger("preflab_client")
 
 BATCH_ROWS = 500
+# rows and samples sealed but not yet sent that the sending thread keeps in memory; past this it writes them to the
+# journal and sends from there, so a loop that logs faster than the server stores keeps memory bounded
+OUTGOING_ITEMS_MAX = 20_000
+# how long one turn of the thread sends from the journal before it seals (and spills) what was logged meanwhile
+JOURNAL_TURN_SECONDS = 1.0
 BATCH_SECONDS = 1.0
 HEARTBEAT_SECONDS = 10.0
 RETRY_SECONDS = 2.0
@@ -69,6 +79,8 @@ class ExternalRun:
         # sealed requests not yet answered, oldest first; while offline they go to the journal instead
         self._outgoing: deque[dict] = deque()
         self._online = True
+        # the queue went past OUTGOING_ITEMS_MAX: sending from the journal, the server answering
+        self._spilled = False
         self._next_retry = 0.0
         self._last_heartbeat = time.monotonic()
         self._closing = False
@@ -195,6 +207,9 @@ class ExternalRun:
             if self._batch_due():
                 self._seal()
             closing = self._closing
+            spill = self._online and self._outgoing_items() > OUTGOING_ITEMS_MAX
+            if spill:
+                self._online, self._spilled, self._next_retry = False, True, 0.0
         self._send_outgoing()
         if not self._online and time.monotonic() >= self._next_retry:
             self._replay_journal()
@@ -230,20 +245,27 @@ class ExternalRun:
         full = len(self._rows) + len(self._samples) >= BATCH_ROWS
         return full or self._closing or time.monotonic() - self._batch_started >= BATCH_SECONDS
 
+    def _outgoing_items(self) -> int:
+        return sum(sum(entry_counts(entry)) for entry in self._outgoing)
+
     def _seal(self) -> None:
-        """The gathered rows become requests at the end of the outgoing queue (lock held)."""
-        if self._rows:
-            self._outgoing.append({"kind": "log", "body": {"rows": list(self._rows.values())}})
-        for start in range(0, len(self._samples), BATCH_ROWS):
+        """The gathered rows become requests at the end of the outgoing queue (lock held), each within the
+        server's bounds of a request (REQUEST_ROWS_MAX; EntrySender also splits by bytes)."""
+        rows = list(self._rows.values())
+        for start in range(0, len(rows), REQUEST_ROWS_MAX):
+            self._outgoing.append({"kind": "log", "body": {"rows": rows[start:start + REQUEST_ROWS_MAX]}})
+        for start in range(0, len(self._samples), REQUEST_SAMPLES_MAX):
             self._outgoing.append({"kind": "samples", "body": {
-                "batch_id": str(uuid.uuid4()), "samples": self._samples[start:start + BATCH_ROWS]}})
+                "batch_id": str(uuid.uuid4()), "samples": self._samples[start:start + REQUEST_SAMPLES_MAX]}})
         self._rows = {}
         self._samples = []
         self._batch_started = None
 
     def _seconds_to_wait(self, closing: bool) -> float:
         if closing:
-            return 0.05 if self._online else min(RETRY_SECONDS, max(0.0, self._close_deadline - time.monotonic()))
+            if self._online or self._spilled:
+                return 0.05 if self._online else 0.0
+            return min(RETRY_SECONDS, max(0.0, self._close_deadline - time.monotonic()))
         now = time.monotonic()
         waits = [HEARTBEAT_SECONDS - (now - self._last_heartbeat), 1.0]
         if self._batch_started is not None:
@@ -261,7 +283,9 @@ class ExternalRun:
                     self._outbox.append(list(self._outgoing))
                     self._outgoing.clear()
                     return
-                entry = self._outgoing[0]
+                head = entry = self._outgoing[0]
+            if entry["kind"] == "finish":
+                entry = honest_finish(entry, self._outbox)
             try:
                 answer = self._sender.send(entry)
             except Unreachable as error:
@@ -273,27 +297,33 @@ class ExternalRun:
                 if entry["kind"] == "finish":
                     self._finish_answer = answer
             with self._lock:
-                if self._outgoing and self._outgoing[0] is entry:
+                if self._outgoing and self._outgoing[0] is head:
                     self._outgoing.popleft()
 
     def _go_offline(self, error: Unreachable) -> None:
         with self._lock:
-            was_online, self._online = self._online, False
+            was_reachable = self._online or self._spilled
+            self._online, self._spilled = False, False
             self._next_retry = time.monotonic() + RETRY_SECONDS
-        if was_online:
+        if was_reachable:
             logger.warning("preflab: the server at %s cannot be reached (%s); run %d keeps what it logs in %s and "
                            "sends it when the server answers again", self.server_url, error, self.id,
                            self._outbox.journal)
 
     def _replay_journal(self) -> None:
-        result = drain(self._outbox, self._sender, on_refused=self._refused)
+        result = drain(self._outbox, self._sender, on_refused=self._refused, budget_s=JOURNAL_TURN_SECONDS)
         if result.finish_answer is not None:
             self._finish_answer = result.finish_answer
-        if not result.complete:
-            self._next_retry = time.monotonic() + RETRY_SECONDS
+        if result.unreachable:
+            self._go_offline(Unreachable("no answer while sending the journal"))
             return
+        if not result.complete:
+            return  # the next turn goes on, after sealing what was logged meanwhile
         with self._lock:
             self._online = True
+            spilled, self._spilled = self._spilled, False
+        if spilled:
+            return
         logger.info("preflab: the server at %s answers again; replayed %d metric rows and %d samples of run %d",
                     self.server_url, result.rows, result.samples, self.id)
 
@@ -331,6 +361,9 @@ class ExternalRun:
                 self._outbox.append(list(self._outgoing))
                 self._outgoing.clear()
         atexit.unregister(self._at_exit)
+        undelivered = undelivered_error(self._outbox)
+        if undelivered:
+            logger.warning("preflab: run %d: %s", self.id, undelivered)
         entries, rows, samples = self._outbox.pending_counts()
         if entries:
             logger.warning(
