@@ -207,9 +207,11 @@ class ExternalRun:
             if self._batch_due():
                 self._seal()
             closing = self._closing
-            spill = self._online and self._outgoing_items() > OUTGOING_ITEMS_MAX
-            if spill:
+            waiting = self._outgoing_items() if self._online else 0
+            if waiting > OUTGOING_ITEMS_MAX:
                 self._online, self._spilled, self._next_retry = False, True, 0.0
+                logger.debug("preflab: run %d: %d rows and samples wait to be sent; they go to the journal %s and "
+                             "are sent from there, in order", self.id, waiting, self._outbox.journal)
         self._send_outgoing()
         if not self._online and time.monotonic() >= self._next_retry:
             self._replay_journal()
