@@ -74,6 +74,9 @@ class Run(models.Model):
     alerts = models.JSONField(default=list, blank=True)
     metric_names = models.JSONField(default=list, blank=True, help_text="Every metric name the run logged.")
     heartbeat_at = models.DateTimeField(null=True, blank=True)
+    # failed by the reconcile because its heartbeats stopped (not by its program or an error): an external run so
+    # failed still takes late rows and samples, and its program's next heartbeat or finish reopens or ends it
+    heartbeat_lost = models.BooleanField(default=False)
     current_step = models.PositiveIntegerField(default=0)
     total_steps = models.PositiveIntegerField(null=True, blank=True)
     tokens_seen = models.BigIntegerField(default=0)

@@ -1,6 +1,7 @@
 """External runs: a program outside Preflab creates a run, logs rows and samples (idempotently), beats and
 finishes it through the API; the run page shows it as one of ours; a stale one is failed by the reconcile."""
 
+import re
 import uuid
 from datetime import timedelta
 
@@ -221,8 +222,35 @@ def test_a_stale_external_run_is_failed_because_its_client_stopped(api, external
     assert external.error.startswith("the client stopped sending heartbeats; last at ")
     assert [alert["kind"] for alert in external.alerts] == ["stale_heartbeat"]
     assert Run.objects.get(pk=fresh.pk).status == Run.Status.RUNNING
+    assert external.heartbeat_lost
+
+    # failed for its missing heartbeats only: late rows and samples go in, the run stays failed
     late = api.post(f"/runs/{external.pk}/log", {"rows": [{"step": 1, "metrics": {"loss": 1.0}}]})
-    assert late.status_code == 409
+    assert late.status_code == 200 and late.json() == {"written": 1}
+    samples = {"batch_id": "late", "samples": [{"step": 1, "prompt": "p", "completion": "c"}]}
+    assert api.post(f"/runs/{external.pk}/samples", samples).json() == {"written": 1}
+    assert Run.objects.get(pk=external.pk).status == Run.Status.FAILED
+    # its program beats again: running, reopened
+    assert api.post(f"/runs/{external.pk}/heartbeat", {}).status_code == 204
+    external.refresh_from_db()
+    assert (external.status, external.error, external.finished_at, external.heartbeat_lost) == (
+        Run.Status.RUNNING, "", None, False)
+    reopened = next(alert for alert in external.alerts if alert["kind"] == "reopened")
+    assert re.fullmatch(r"reopened after \d+ s: its program beat again after the heartbeat timeout had failed it",
+                        reopened["message"])
+    assert api.post(f"/runs/{external.pk}/finish", {"status": "succeeded"}).json()["status"] == "succeeded"
+    assert api.post(f"/runs/{external.pk}/log", {"rows": [{"step": 2, "metrics": {"loss": 1.0}}]}).status_code == 409
+
+
+def test_a_finish_from_the_journal_ends_a_run_failed_for_missing_heartbeats_with_its_status(api, external, settings):
+    later = timezone.now() + timedelta(seconds=settings.PREFLAB_HEARTBEAT_TIMEOUT_S + 5)
+    assert services.runs_fail_stale(now=later) == [external.pk]
+    answer = api.post(f"/runs/{external.pk}/finish", {"status": "failed", "error": "CUDA out of memory"})
+    assert (answer.json()["status"], answer.json()["error"]) == ("failed", "CUDA out of memory")
+    assert not Run.objects.get(pk=external.pk).heartbeat_lost
+    # ended by its program now: no more late rows, no reopening
+    assert api.post(f"/runs/{external.pk}/log", {"rows": [{"step": 1, "metrics": {"loss": 1.0}}]}).status_code == 409
+    assert api.post(f"/runs/{external.pk}/heartbeat", {}).status_code == 409
 
 
 def test_the_requeue_never_publishes_an_external_run(external):

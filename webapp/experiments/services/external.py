@@ -1,4 +1,11 @@
-"""External runs: logged through the API by a program outside Preflab (rows, samples, heartbeats, finish)."""
+"""External runs: logged through the API by a program outside Preflab (rows, samples, heartbeats, finish).
+
+Reattach after the heartbeat timeout: the reconcile fails a run whose heartbeats stopped and marks it so
+(`Run.heartbeat_lost`), but its program may only have lost the server for a while, or have crashed leaving a
+journal that another process replays. Such a run still takes rows and samples (idempotent as for a running run;
+its status stays failed); a heartbeat of its program reopens it to running (an alert "reopened" says after how
+many seconds); a finish ends it with the finish's status (and error). A run failed for any other reason, canceled
+or succeeded takes no more writes (409), except a replay of what it already has."""
 
 from __future__ import annotations
 
@@ -173,6 +180,11 @@ def _external_run_locked(run_id: int) -> Run:
     return run
 
 
+def _takes_late_writes(run: Run) -> bool:
+    """Running, or failed only because its heartbeats stopped (the module's docstring)."""
+    return run.status == Status.RUNNING or (run.status == Status.FAILED and run.heartbeat_lost)
+
+
 def _not_running(run: Run) -> RunWriteRefused:
     return RunWriteRefused(f"run {run.pk} is {run.status}, no longer running; it takes no more writes")
 
@@ -248,7 +260,7 @@ def external_metrics_log(*, run_id: int, rows: Sequence[Any]) -> int:
                 wall_time, tokens, encode_json_value(metrics))
             if not same:
                 changed.append({"step": step, "wall_time": wall_time, "tokens_seen": tokens, "metrics": metrics})
-        if run.status != Status.RUNNING:
+        if not _takes_late_writes(run):
             if changed:
                 raise _not_running(run)
             return 0
@@ -310,7 +322,7 @@ def external_samples_log(*, run_id: int, batch_id: str, samples: Sequence[Any]) 
         run = _external_run_locked(run_id)
         if SampleBatch.objects.filter(run=run, batch_id=batch_id).exists():
             return 0
-        if run.status != Status.RUNNING:
+        if not _takes_late_writes(run):
             raise _not_running(run)
         SampleBatch.objects.create(run=run, batch_id=batch_id, sample_count=len(parsed))
         samples_write(run_id=run.pk, samples=parsed)
@@ -319,11 +331,25 @@ def external_samples_log(*, run_id: int, batch_id: str, samples: Sequence[Any]) 
 
 
 def external_run_heartbeat(*, run_id: int) -> None:
-    """The client is alive; RunWriteRefused if the run is not an external one, or no longer running."""
+    """The client is alive: a run failed for missing heartbeats is running again (reopened); RunWriteRefused if
+    the run is not an external one, or ended otherwise."""
     with transaction.atomic():
         run = _external_run_locked(run_id)
-        if not run_heartbeat(run_id=run.pk):
+        if run.status == Status.FAILED and run.heartbeat_lost:
+            _reopen(run)
+        elif not run_heartbeat(run_id=run.pk):
             raise _not_running(run)
+
+
+def _reopen(run: Run) -> None:
+    """A run failed for missing heartbeats whose program beats again: running, with an alert that says so."""
+    now = timezone.now()
+    away_s = round((now - run.finished_at).total_seconds()) if run.finished_at else 0
+    alerts = [alert for alert in run.alerts if alert.get("kind") != "reopened"] + [{
+        "kind": "reopened", "step": run.current_step,
+        "message": f"reopened after {away_s} s: its program beat again after the heartbeat timeout had failed it"}]
+    Run.objects.filter(pk=run.pk).update(status=Status.RUNNING, heartbeat_lost=False, heartbeat_at=now,
+                                         finished_at=None, error="", alerts=alerts)
 
 
 def external_run_finish(*, run_id: int, status: str, error: str = "") -> Run:
@@ -337,13 +363,18 @@ def external_run_finish(*, run_id: int, status: str, error: str = "") -> Run:
         raise ValidationError({"error": f"expected text; got {_shown(error)}"})
     with transaction.atomic():
         run = _external_run_locked(run_id)
+        if status == Status.FAILED and not error.strip():
+            error = "the client reported the run failed, without a reason"
+        error = storable_text(_cut_to_bound(error, RUN_ERROR_MAX_CHARS))
+        if run.status == Status.FAILED and run.heartbeat_lost:  # its program's finish, late: it has the last word
+            Run.objects.filter(pk=run.pk).update(status=status, heartbeat_lost=False, finished_at=timezone.now(),
+                                                 error=error)
+            run.refresh_from_db()
+            return run
         if run.status == status:
             return run
         if run.status != Status.RUNNING:
             raise _not_running(run)
-        if status == Status.FAILED and not error.strip():
-            error = "the client reported the run failed, without a reason"
-        error = _cut_to_bound(error, RUN_ERROR_MAX_CHARS)
-        _transition(run.pk, status, only_from=Status.RUNNING, finished_at=timezone.now(), error=storable_text(error))
+        _transition(run.pk, status, only_from=Status.RUNNING, finished_at=timezone.now(), error=error)
     run.refresh_from_db()
     return run

@@ -208,8 +208,17 @@ def run_fail(*, run_id: int, error: str, alert: str | None = None) -> bool:
 def runs_fail_stale(*, now: datetime | None = None) -> list[int]:
     """Fail every running run whose worker (or, for an external run, whose client) stopped sending heartbeats:
     it was killed or lost."""
-    return lifecycle.jobs_fail_stale(RUN_JOB, now=now,
-                           fail=lambda run_id, reason: run_fail(run_id=run_id, error=reason, alert="stale_heartbeat"))
+    return lifecycle.jobs_fail_stale(RUN_JOB, now=now, fail=_run_fail_stale)
+
+
+@transaction.atomic
+def _run_fail_stale(run_id: int, reason: str) -> bool:
+    """Fail the run for its missing heartbeats, marked as such (heartbeat_lost): an external run's program may be
+    alive behind a network outage and come back (webapp.experiments.services.external)."""
+    failed = run_fail(run_id=run_id, error=reason, alert="stale_heartbeat")
+    if failed:
+        Run.objects.filter(pk=run_id).update(heartbeat_lost=True)
+    return failed
 
 
 def _stale_reason(run: Run) -> str:
