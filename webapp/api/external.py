@@ -152,6 +152,23 @@ def external_run_heartbeat(request: HttpRequest, run_id: int) -> HttpResponse:
     return HttpResponse(status=204)
 
 
+@router.post("/{int:run_id}/reattach", response={200: runs.RunOut, 403: Detail, 404: Detail, 409: Detail},
+             summary="Reattach to an external run of yours")
+@researcher_only
+def external_run_reattach(request: HttpRequest, run_id: int) -> dict[str, Any]:
+    """Resume by id (the client's `init_run(..., run_id=N)`): the run is running again, whatever its end was; its
+    rows, samples and config are kept and later rows for its steps merge. 403 for another user's run, 409 for a
+    run Preflab runs itself."""
+    run = runs.run_or_404(request, run_id)
+    try:
+        run = services.external_run_reattach(run_id=run.pk, user=request.user)
+    except services.RunNotYours as error:
+        raise HttpError(403, str(error)) from None
+    except services.RunWriteRefused as error:
+        raise HttpError(409, str(error)) from None
+    return runs.run_out(request, run)
+
+
 @router.post("/{int:run_id}/finish", response={200: runs.RunOut, 404: Detail, 409: Detail},
              summary="Finish an external run")
 @researcher_only

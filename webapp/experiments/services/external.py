@@ -352,6 +352,33 @@ def _reopen(run: Run) -> None:
                                          finished_at=None, error="", alerts=alerts)
 
 
+class RunNotYours(Exception):
+    """A reattach to an external run another user logged: the API answers 403."""
+
+
+def external_run_reattach(*, run_id: int, user: AbstractBaseUser) -> Run:
+    """Its program (or a new process of it) takes the run up again (`Client.init_run(..., run_id=N)`): running
+    again whatever its end was, its rows, samples and config kept; rows for steps it has merge as ever.
+    RunWriteRefused for a run Preflab runs itself, RunNotYours for another user's run."""
+    with transaction.atomic():
+        run = _external_run_locked(run_id)
+        if run.created_by_id != user.pk:
+            owner = run.created_by.get_username() if run.created_by else "a removed user"
+            raise RunNotYours(f"run {run_id} was logged by {owner}; only the user who logged a run can reattach to "
+                              "it (init_run without run_id starts a run of your own)")
+        now = timezone.now()
+        if run.status == Status.RUNNING:
+            run_heartbeat(run_id=run.pk)
+        else:
+            alerts = [*run.alerts, {"kind": "resumed", "step": run.current_step,
+                                    "message": f"its program reattached to it at step {run.current_step} after it "
+                                               f"had {run.status}"}]
+            Run.objects.filter(pk=run.pk).update(status=Status.RUNNING, heartbeat_lost=False, heartbeat_at=now,
+                                                 finished_at=None, error="", cancel_requested=False, alerts=alerts)
+    run.refresh_from_db()
+    return run
+
+
 def external_run_finish(*, run_id: int, status: str, error: str = "") -> Run:
     """The client's loop ended: succeeded, failed (with its error) or canceled (e.g. on cancel_requested).
 

@@ -278,9 +278,16 @@ class Client:
     # --- runs logged from here -----------------------------------------------------------------------------
 
     def init_run(self, name: str, config: Mapping[str, Any] | None = None, project_id: int | None = None,
-                 total_steps: int | None = None) -> ExternalRun:
+                 total_steps: int | None = None, *, run_id: int | None = None) -> ExternalRun:
         """Start a run logged by this program (kind "external") and return it: `run.log(metrics, step)`,
-        `run.log_samples(samples, step)`, `run.finish()` or `with client.init_run(...) as run:`."""
+        `run.log_samples(samples, step)`, `run.finish()` or `with client.init_run(...) as run:`.
+
+        `run_id=N` (MLflow's `start_run(run_id=)`, W&B's `resume=`) reattaches to your external run N instead: it
+        is running again whatever its end was, its rows, samples and config are kept (the other arguments are
+        not used), and rows for steps it has merge into them. ApiError 403 for another user's run, 409 for a
+        run Preflab runs itself."""
+        if run_id is not None:
+            return ExternalRun(self, self.post(f"runs/{int(run_id)}/reattach"))
         body: dict[str, Any] = {"name": name, "config": dict(config or {})}
         if project_id is not None:
             body["project_id"] = project_id
