@@ -44,7 +44,7 @@ CHECKED_BEYOND_THE_SCHEMA = (r"^/api/v1/(runs|runs/external|runs/\{run_id\}/(for
 # schemathesis's positive_data_acceptance statuses (less 429 and 5xx, which never answer here), with that 422
 ACCEPTED_OR_CHECKED_FURTHER = ["2xx", "401", "403", "404", "409", "422"]
 # Operations whose path names a run of its own: the external run's program logs into it.
-EXTERNAL_RUN_OPERATIONS = ("/log", "/samples", "/heartbeat", "/finish")
+EXTERNAL_RUN_OPERATIONS = ("/log", "/samples", "/heartbeat", "/finish", "/reattach")
 
 
 class WsgiInTheTestTransaction:

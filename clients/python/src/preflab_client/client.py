@@ -15,6 +15,8 @@ import json
 import logging
 import os
 import tempfile
+import time
+import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -28,6 +30,14 @@ from preflab_client.http import (
     api_base_url,
     error_detail,
     token_session,
+)
+from preflab_client.offline import (
+    RUN_FILE,
+    OfflineRun,
+    Synced,
+    offline_directories,
+    offline_root,
+    sync_offline,
 )
 from preflab_client.outbox import replay_outboxes
 from preflab_client.runs import ExternalRun
@@ -278,22 +288,47 @@ class Client:
     # --- runs logged from here -----------------------------------------------------------------------------
 
     def init_run(self, name: str, config: Mapping[str, Any] | None = None, project_id: int | None = None,
-                 total_steps: int | None = None, *, run_id: int | None = None) -> ExternalRun:
+                 total_steps: int | None = None, *, run_id: int | None = None,
+                 mode: str | None = None) -> ExternalRun | OfflineRun:
         """Start a run logged by this program (kind "external") and return it: `run.log(metrics, step)`,
         `run.log_samples(samples, step)`, `run.finish()` or `with client.init_run(...) as run:`.
 
         `run_id=N` (MLflow's `start_run(run_id=)`, W&B's `resume=`) reattaches to your external run N instead: it
         is running again whatever its end was, its rows, samples and config are kept (the other arguments are
         not used), and rows for steps it has merge into them. ApiError 403 for another user's run, 409 for a
-        run Preflab runs itself."""
+        run Preflab runs itself.
+
+        `mode="offline"` (or PREFLAB_MODE=offline) never contacts the server: the run is written to a directory
+        (`run.directory`) that `preflab sync` or `Client.sync_offline` sends later (preflab_client.offline)."""
+        mode = mode or os.environ.get("PREFLAB_MODE") or "online"
+        if mode not in ("online", "offline"):
+            raise ValueError(f'mode must be "online" or "offline" (PREFLAB_MODE); got {mode!r}')
+        if mode == "offline":
+            if run_id is not None:
+                raise ValueError("an offline run cannot reattach to a run of the server (run_id)")
+            return OfflineRun(offline_root(self) / f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}",
+                              self._run_create_body(name, config, project_id, total_steps))
         if run_id is not None:
             return ExternalRun(self, self.post(f"runs/{int(run_id)}/reattach"))
+        return ExternalRun(self, self.post("runs/external", self._run_create_body(name, config, project_id,
+                                                                                   total_steps)))
+
+    @staticmethod
+    def _run_create_body(name: str, config: Mapping[str, Any] | None, project_id: int | None,
+                         total_steps: int | None) -> dict[str, Any]:
         body: dict[str, Any] = {"name": name, "config": dict(config or {})}
         if project_id is not None:
             body["project_id"] = project_id
         if total_steps is not None:
             body["total_steps"] = total_steps
-        return ExternalRun(self, self.post("runs/external", body))
+        return body
+
+    def sync_offline(self, path: str | Path | None = None) -> list[Synced]:
+        """Send offline runs (`init_run(..., mode="offline")`) to this server: the run directory `path`, or every
+        one under `path` (default: the outbox directory's offline/). A run synced before is not sent again."""
+        root = Path(path) if path is not None else offline_root(self)
+        directories = [root] if (root / RUN_FILE).exists() else offline_directories(root)
+        return [sync_offline(self, directory) for directory in directories]
 
     def replay_outbox(self) -> int:
         """Send what runs of this server left on disk (a process that crashed or lost the server), oldest

@@ -315,7 +315,7 @@ def drain(outbox: RunOutbox, sender: EntrySender, *, on_refused=None, budget_s: 
                 result.complete = False
                 break
             if entry.get("kind") == "finish":
-                entry = honest_finish(entry, outbox)
+                entry = honest_finish(entry, outbox.rejected)
             try:
                 answer = sender.send(entry)
             except Unreachable:
@@ -338,11 +338,11 @@ def drain(outbox: RunOutbox, sender: EntrySender, *, on_refused=None, budget_s: 
     return result
 
 
-def undelivered_counts(outbox: RunOutbox) -> tuple[int, int]:
-    """(metric rows, samples) of the run that the server refused, kept in its rejected.jsonl."""
+def undelivered_counts(rejected: Path) -> tuple[int, int]:
+    """(metric rows, samples) of a run that the server refused, kept in its rejected.jsonl."""
     rows = samples = 0
     try:
-        lines = outbox.rejected.read_bytes().splitlines()
+        lines = rejected.read_bytes().splitlines()
     except FileNotFoundError:
         return 0, 0
     for line in lines:
@@ -355,19 +355,19 @@ def undelivered_counts(outbox: RunOutbox) -> tuple[int, int]:
     return rows, samples
 
 
-def undelivered_error(outbox: RunOutbox) -> str | None:
+def undelivered_error(rejected: Path) -> str | None:
     """What a run that could not deliver everything ends with, or None when the server took every row."""
-    rows, samples = undelivered_counts(outbox)
+    rows, samples = undelivered_counts(rejected)
     if not rows and not samples:
         return None
     return (f"{rows:,} metric rows and {samples:,} samples were not delivered (the server refused them); they are "
-            f"kept in {outbox.rejected} on host {socket.gethostname()}")
+            f"kept in {rejected} on host {socket.gethostname()}")
 
 
-def honest_finish(entry: dict, outbox: RunOutbox) -> dict:
+def honest_finish(entry: dict, rejected: Path) -> dict:
     """A finish as "succeeded" becomes "failed" with undelivered_error when the server refused rows or samples of
-    the run: a run never says it succeeded while rows of it are missing."""
-    error = undelivered_error(outbox)
+    the run (kept in `rejected`): a run never says it succeeded while rows of it are missing."""
+    error = undelivered_error(rejected)
     if error is None or entry["body"].get("status") != "succeeded":
         return entry
     return {**entry, "body": {"status": "failed", "error": error}}

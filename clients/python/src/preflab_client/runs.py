@@ -287,7 +287,7 @@ class ExternalRun:
                     return
                 head = entry = self._outgoing[0]
             if entry["kind"] == "finish":
-                entry = honest_finish(entry, self._outbox)
+                entry = honest_finish(entry, self._outbox.rejected)
             try:
                 answer = self._sender.send(entry)
             except Unreachable as error:
@@ -363,7 +363,7 @@ class ExternalRun:
                 self._outbox.append(list(self._outgoing))
                 self._outgoing.clear()
         atexit.unregister(self._at_exit)
-        undelivered = undelivered_error(self._outbox)
+        undelivered = undelivered_error(self._outbox.rejected)
         if undelivered:
             logger.warning("preflab: run %d: %s", self.id, undelivered)
         entries, rows, samples = self._outbox.pending_counts()
