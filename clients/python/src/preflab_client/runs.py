@@ -13,6 +13,15 @@ HEARTBEAT_SECONDS and reads whether the run was asked to stop. While the server 
 connection, a timeout, a 5xx), every batch goes to the run's journal on disk (preflab_client.outbox) and the
 journal is replayed in order once the server answers again. The server makes replays harmless: metric rows
 are idempotent by (run, step), samples by a batch id chosen here.
+
+Delivery: every request stays within the server's bounds (preflab_client.outbox: REQUEST_ROWS_MAX rows,
+REQUEST_SAMPLES_MAX samples, REQUEST_BYTES_MAX bytes; a 413 halves the request, never final). When more than
+OUTGOING_ITEMS_MAX rows and samples wait in memory (a loop logging faster than the server stores), they go to the
+journal and are sent from there in order, so memory stays bounded. Rows the server refuses for their content are
+kept in rejected.jsonl, and a run finished as "succeeded" then ends "failed", saying how many and where
+(outbox.honest_finish). A run the server failed for missing heartbeats still takes this run's rows, and a
+heartbeat reopens it (webapp.experiments.services.external); `Client.init_run(..., run_id=N)` reattaches to a
+run by id, `mode="offline"` writes one to disk instead (preflab_client.offline).
 """
 
 from __future__ import annotations
