@@ -233,8 +233,9 @@ class Client:
 
     # --- runs ----------------------------------------------------------------------------------------------
 
-    def runs(self, *, status: str | None = None, kind: str | None = None, q: str | None = None) -> Iterator[dict]:
-        return self.pages("runs", status=status, kind=kind, q=q)
+    def runs(self, *, status: str | None = None, kind: str | None = None, q: str | None = None,
+             tag: str | None = None, group: str | None = None) -> Iterator[dict]:
+        return self.pages("runs", status=status, kind=kind, q=q, tag=tag, group=group)
 
     def run(self, run_id: int) -> dict:
         return self.get(f"runs/{run_id}")
@@ -278,15 +279,29 @@ class Client:
     # --- runs logged from here -----------------------------------------------------------------------------
 
     def init_run(self, name: str, config: Mapping[str, Any] | None = None, project_id: int | None = None,
-                 total_steps: int | None = None) -> ExternalRun:
+                 total_steps: int | None = None, *, tags: Iterable[str] = (), group: str | None = None,
+                 system_metrics: bool | float = False) -> ExternalRun:
         """Start a run logged by this program (kind "external") and return it: `run.log(metrics, step)`,
-        `run.log_samples(samples, step)`, `run.finish()` or `with client.init_run(...) as run:`."""
+        `run.log_samples(samples, step)`, `run.summary[...] = ...`, `run.config.update(...)`, `run.tags = ...`,
+        `run.finish()` or `with client.init_run(...) as run:`. `tags` and `group` find it again
+        (`runs(tag=..., group=...)`); `system_metrics=True` (or a number of seconds, default 10) logs CPU, RAM and
+        GPU memory as system/... metrics (preflab_client.system_metrics)."""
         body: dict[str, Any] = {"name": name, "config": dict(config or {})}
         if project_id is not None:
             body["project_id"] = project_id
         if total_steps is not None:
             body["total_steps"] = total_steps
-        return ExternalRun(self, self.post("runs/external", body))
+        if tags:
+            body["tags"] = [str(tag) for tag in tags]
+        if group:
+            body["group"] = group
+        run = ExternalRun(self, self.post("runs/external", body))
+        if system_metrics:
+            from preflab_client.system_metrics import SYSTEM_METRICS_SECONDS, SystemMetrics
+
+            seconds = SYSTEM_METRICS_SECONDS if system_metrics is True else float(system_metrics)
+            run.system_metrics = SystemMetrics(run, seconds).start()
+        return run
 
     def replay_outbox(self) -> int:
         """Send what runs of this server left on disk (a process that crashed or lost the server), oldest
