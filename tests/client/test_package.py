@@ -17,11 +17,12 @@ def test_the_package_depends_on_requests_only():
     project = tomllib.loads((REPO_ROOT / "clients" / "python" / "pyproject.toml").read_text())["project"]
     assert project["name"] == "preflab-client"
     assert [requirement.split(">")[0] for requirement in project["dependencies"]] == ["requests"]
-    assert set(project["optional-dependencies"]) == {"datasets", "transformers"}
+    assert set(project["optional-dependencies"]) == {"datasets", "transformers", "system"}
 
 
 def test_importing_the_client_loads_no_heavy_package(tmp_path):
-    code = ("import sys; import preflab_client, preflab_client.runs, preflab_client.outbox, preflab_client.metric_names; "
+    code = ("import sys; import preflab_client, preflab_client.runs, preflab_client.outbox, preflab_client.metric_names, "
+            "preflab_client.system_metrics; "
             f"print(sorted(name for name in {HEAVY!r} if name in sys.modules))")
     # run from an empty directory so that the repository's own packages are not on the path
     completed = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)

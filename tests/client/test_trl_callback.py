@@ -52,15 +52,22 @@ def test_a_trl_grpo_run_logs_to_preflab_through_the_callback(live_server, api_to
                           processing_class=AutoTokenizer.from_pretrained(tiny_model_dir), reward_funcs=exact_answer,
                           callbacks=[callback])
     trainer.train()
+    assert Run.objects.get(pk=callback.run.id).status == Run.Status.RUNNING  # open for what follows train()
+    callback.finish()
 
     run = Run.objects.get(pk=callback.run.id)
     assert (run.status, run.kind, run.name, run.total_steps) == (Run.Status.SUCCEEDED, "external", "trl grpo", STEPS)
     assert run.config["model"] == str(tiny_model_dir) and run.config["trainer"] == "GRPOTrainer"
     assert run.config["learning_rate"] == 1e-4 and run.config["num_generations"] == GROUP
 
-    # every value TRL logged (its own log_history), at its step, under Preflab's name; a null is no value
+    # every value TRL logged (its own log_history), at its step, under Preflab's name; a null is no value; the
+    # end of train()'s figures (train_runtime, ...) are the run's summary
     logged: dict[int, dict[str, float]] = {}
     for entry in trainer.state.log_history:
+        if "train_runtime" in entry:
+            assert run.summary["train_runtime"] == entry["train_runtime"]
+            assert run.summary["train_loss"] == pytest.approx(entry["train_loss"])
+            continue
         logged.setdefault(entry["step"], {}).update(
             {preflab_name(name): value for name, value in entry.items() if name != "step" and value is not None})
     stored = stored_metrics(run.id)

@@ -54,6 +54,9 @@ SAMPLE = {"type": "object", "additionalProperties": False, "required": ["step", 
           "properties": {"step": STEP, "prompt": {"type": "string"}, "completion": {"type": "string"},
                          "rewards": {"anyOf": [METRICS, {"type": "null"}]}, "advantage": METRIC_VALUE}}
 
+TAGS = {"items": {"type": "string", "minLength": 1, "maxLength": services.TAG_MAX_CHARS,
+                  "pattern": NON_BLANK_TEXT_PATTERN}, "maxItems": services.TAGS_MAX}
+
 
 class ExternalRunIn(BodyIn):
     name: str = Field(max_length=runs.RUN_NAME_MAX_CHARS)
@@ -63,6 +66,16 @@ class ExternalRunIn(BodyIn):
                                                      "exist (else a 422).")
     total_steps: bounded_whole_number(ge=1, le=services.STEP_MAX) | None = Field(  # type: ignore[valid-type]
         None, description="For the progress bar and the ETA.")
+    tags: list[str] = Field(default_factory=list, description="Labels to find the run by (GET /runs?tag=).",
+                            json_schema_extra=TAGS)
+    group: str = Field("", max_length=services.GROUP_MAX_CHARS, description="Runs belonging together, e.g. a sweep "
+                       "(GET /runs?group=).")
+
+
+class UpdateIn(BodyIn):
+    summary: dict[str, Any] | None = Field(None, description="Merged into the run's summary, key by key.")
+    config: dict[str, Any] | None = Field(None, description="Merged into the run's config, key by key.")
+    tags: list[str] | None = Field(None, description="Replace the run's tags.", json_schema_extra=TAGS)
 
 
 class LogIn(BodyIn):
@@ -111,7 +124,8 @@ def external_run_create(request: HttpRequest, body: ExternalRunIn) -> Status:
     """Running from now, with its heartbeat; never queued to a worker."""
     try:
         run = services.external_run_create(name=body.name, config=body.config, created_by=request.user,
-                                           project_id=body.project_id, total_steps=body.total_steps)
+                                           project_id=body.project_id, total_steps=body.total_steps,
+                                           tags=body.tags, group=body.group)
     except ValidationError as error:
         raise runs.refusal(error) from None
     return Status(201, runs.run_out(request, run))
@@ -136,6 +150,16 @@ def external_samples_log(request: HttpRequest, run_id: int, body: SamplesIn) -> 
     run = runs.run_or_404(request, run_id)
     return _written(lambda: services.external_samples_log(run_id=run.pk, batch_id=body.batch_id,
                                                           samples=body.samples))
+
+
+@router.post("/{int:run_id}/update", response=WRITE_REFUSED, summary="Update an external run's summary, config "
+             "or tags")
+@researcher_only
+def external_run_update(request: HttpRequest, run_id: int, body: UpdateIn) -> dict[str, int]:
+    """`written` is 1 when something changed, 0 for an update already applied (a replay)."""
+    run = runs.run_or_404(request, run_id)
+    return _written(lambda: services.external_run_update(run_id=run.pk, summary=body.summary, config=body.config,
+                                                         tags=body.tags))
 
 
 @router.post("/{int:run_id}/heartbeat", response={204: None, 404: Detail, 409: Detail},

@@ -33,6 +33,7 @@ FORM_FIELD_NAMES = {
     "aggregation": "data_source.aggregation",
     "upload": "data_source", "project_id": "project_id", "total_steps": "total_steps",
     "checkpoint": "checkpoint_id", "status": "status", "batch_id": "batch_id", "error": "error",
+    "summary": "summary", "tags": "tags", "group": "group",
 }
 
 
@@ -58,6 +59,9 @@ class RunOut(Schema):
     data_rows: int | None = Field(description="Rows in the training data frozen at launch (GET /runs/{id}/data); "
                                               "null where none was frozen (arithmetic, an external run).")
     data_sha256: str = Field(description="SHA-256 of the frozen training data's bytes; empty where none.")
+    summary: dict[str, Any] = Field(description="An external run's final or latest figures, {name: value}.")
+    tags: list[str]
+    group: str
     url: str = Field(description="The run's page.")
 
 
@@ -80,6 +84,8 @@ class RunsQuery(PageQuery):
     status: Literal[("", *RUN_STATUSES)] = Field("", description="Empty or left out: any.")  # type: ignore[valid-type]
     kind: Literal[("", *RUN_KINDS)] = Field("", description="Empty or left out: any.")  # type: ignore[valid-type]
     q: str = Field("", description="A part of the run's name.")
+    tag: str = Field("", description="Runs with this tag.")
+    group: str = Field("", description="Runs of this group.")
 
 
 class ResumeIn(BodyIn):
@@ -161,8 +167,9 @@ def refusal(error: ValidationError, *, conflict_fields: tuple[str, ...] = ()) ->
 @router.get("", response=Page[RunOut], summary="List runs")
 @researcher_only
 def runs_list(request: HttpRequest, filters: Query[RunsQuery]) -> dict[str, Any]:
-    """Newest first; `status`, `kind` and `q` (a part of the name) narrow the list."""
-    runs = selectors.runs_list(user=request.auth, status=filters.status, kind=filters.kind, query=filters.q.strip())
+    """Newest first; `status`, `kind`, `q` (a part of the name), `tag` and `group` narrow the list."""
+    runs = selectors.runs_list(user=request.auth, status=filters.status, kind=filters.kind, query=filters.q.strip(),
+                               tag=filters.tag.strip(), group=filters.group.strip())
     return page_of(runs, paging=filters, item=lambda run: run_out(request, run))
 
 

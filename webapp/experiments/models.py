@@ -73,6 +73,11 @@ class Run(models.Model):
     error = models.TextField(blank=True)
     alerts = models.JSONField(default=list, blank=True)
     metric_names = models.JSONField(default=list, blank=True, help_text="Every metric name the run logged.")
+    # An external run's metadata, as W&B's run.summary / run.tags / group: set at its start and updated while it
+    # runs (services.external_run_update merges the summary; the tags are replaced as a whole).
+    summary = models.JSONField(default=dict, blank=True, help_text="Final or latest figures, {name: JSON value}.")
+    tags = models.JSONField(default=list, blank=True, help_text="Labels to find the run by, e.g. [\"baseline\"].")
+    group = models.CharField(max_length=200, blank=True, help_text="Runs belonging together, e.g. a sweep's name.")
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     # failed by the reconcile because its heartbeats stopped (not by its program or an error): an external run so
     # failed still takes late rows and samples, and its program's next heartbeat or finish reopens or ends it

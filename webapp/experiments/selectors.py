@@ -157,9 +157,14 @@ def resume_plan(*, run: Run, checkpoint: ModelRef) -> ResumePlan:
     return ResumePlan(checkpoint, later, used_by)
 
 
-def runs_list(*, user: AbstractBaseUser, status: str = "", kind: str = "", query: str = "") -> QuerySet[Run]:
-    """The runs `user` sees (runs_visible_to), narrowed by the filters."""
+def runs_list(*, user: AbstractBaseUser, status: str = "", kind: str = "", query: str = "", tag: str = "",
+              group: str = "") -> QuerySet[Run]:
+    """The runs `user` sees (runs_visible_to), narrowed by the filters (`tag`: one of the run's tags)."""
     runs = runs_visible_to(user).select_related("created_by")
+    if tag:
+        runs = runs.filter(tags__contains=[tag])
+    if group:
+        runs = runs.filter(group=group)
     if status:
         runs = runs.filter(status=status)
     if kind:

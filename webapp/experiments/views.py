@@ -46,7 +46,7 @@ def _chart_runs(runs: list[Run]) -> str:
     ])
 
 
-RUN_FILTERS = ("status", "kind", "query")
+RUN_FILTERS = ("status", "kind", "query", "tag", "group")
 
 
 def _run(request: HttpRequest, run_id: int) -> Run:

@@ -39,12 +39,12 @@ EXAMPLES = int(os.environ.get("PREFLAB_SCHEMA_EXAMPLES", "8"))
 # kind, its bounds on each other and on the data), a model path must exist under the model roots, a record is
 # checked as a row of the page's import, a checkpoint must be one of the run's, an external run's project_id must
 # name a project. Every other operation refuses only what its schema forbids.
-CHECKED_BEYOND_THE_SCHEMA = (r"^/api/v1/(runs|runs/external|runs/\{run_id\}/(fork|resume)|models"
+CHECKED_BEYOND_THE_SCHEMA = (r"^/api/v1/(runs|runs/external|runs/\{run_id\}/(fork|resume|update)|models"
                              r"|projects/\{project_id\}/records)$")
 # schemathesis's positive_data_acceptance statuses (less 429 and 5xx, which never answer here), with that 422
 ACCEPTED_OR_CHECKED_FURTHER = ["2xx", "401", "403", "404", "409", "422"]
 # Operations whose path names a run of its own: the external run's program logs into it.
-EXTERNAL_RUN_OPERATIONS = ("/log", "/samples", "/heartbeat", "/finish", "/reattach")
+EXTERNAL_RUN_OPERATIONS = ("/log", "/samples", "/heartbeat", "/finish", "/reattach", "/update")
 
 
 class WsgiInTheTestTransaction:

@@ -201,20 +201,57 @@ def _storable_json(value: Any) -> Any:
     return encode_json_value(value)
 
 
+TAGS_MAX = 50
+TAG_MAX_CHARS = 64
+GROUP_MAX_CHARS = Run._meta.get_field("group").max_length or 200
+
+
+def _json_object(field: str, value: Any) -> dict[str, Any]:
+    """A JSON object a client sent for `field` (config, summary), storable and within the config's bound."""
+    if not isinstance(value, Mapping):
+        raise ValidationError({field: f"expected a JSON object; got {_shown(value)}"})
+    problem = length_problem(json.dumps(value, default=str), EXTERNAL_CONFIG_MAX_CHARS)
+    if problem:
+        raise ValidationError({field: f"as JSON, the {field} {problem} (it is shown on the run's page)"})
+    return _storable_json(dict(value))
+
+
+def _tags(tags: Any) -> list[str]:
+    """Tags as sent, blanks around each removed, each once, in their order."""
+    if not isinstance(tags, list | tuple):
+        raise ValidationError({"tags": f"expected a list of texts; got {_shown(tags)}"})
+    if len(tags) > TAGS_MAX:
+        raise ValidationError({"tags": f"{len(tags)} tags; at most {TAGS_MAX}"})
+    kept: list[str] = []
+    for index, tag in enumerate(tags):
+        if not isinstance(tag, str) or not tag.strip():
+            raise ValidationError({"tags": f"tag {index}: expected a non-blank text; got {_shown(tag)}"})
+        if len(tag.strip()) > TAG_MAX_CHARS:
+            raise ValidationError({"tags": f"tag {index}: {len(tag.strip())} characters; at most {TAG_MAX_CHARS}"})
+        if tag.strip() not in kept:
+            kept.append(storable_text(tag.strip()))
+    return kept
+
+
+def _group(group: Any) -> str:
+    if not isinstance(group, str):
+        raise ValidationError({"group": f"expected text; got {_shown(group)}"})
+    if len(group.strip()) > GROUP_MAX_CHARS:
+        raise ValidationError({"group": f"{len(group.strip())} characters; at most {GROUP_MAX_CHARS}"})
+    return storable_text(group.strip())
+
+
 def external_run_create(
     *, name: str, config: Mapping[str, Any], created_by: AbstractBaseUser | None, project_id: int | None = None,
-    total_steps: int | None = None,
+    total_steps: int | None = None, tags: Sequence[str] = (), group: str = "",
 ) -> Run:
     """A run a program outside Preflab logs through the API: running from now (its heartbeat too), never queued.
 
     Its config is any JSON object, stored as sent (it is shown and compared, never validated); `project_id` names
     the project whose data it trains on, if any."""
     _name_check(name)
-    if not isinstance(config, Mapping):
-        raise ValidationError({"config": f"expected a JSON object; got {_shown(config)}"})
-    problem = length_problem(json.dumps(config, default=str), EXTERNAL_CONFIG_MAX_CHARS)
-    if problem:
-        raise ValidationError({"config": f"as JSON, the config {problem} (it is shown on the run's page)"})
+    config = _json_object("config", config)
+    tags, group = _tags(list(tags)), _group(group)
     if total_steps is not None:
         _whole_number_field("total_steps", total_steps, minimum=1, maximum=STEP_MAX)
     data_source: dict[str, Any] = {"type": EXTERNAL_KIND}
@@ -224,7 +261,7 @@ def external_run_create(
         data_source["project_id"] = project_id
     now = timezone.now()
     return Run.objects.create(
-        name=name.strip() or "external run", kind=EXTERNAL_KIND, config=_storable_json(dict(config)),
+        name=name.strip() or "external run", kind=EXTERNAL_KIND, config=config, tags=tags, group=group,
         data_source=data_source, status=Status.RUNNING, started_at=now, heartbeat_at=now, total_steps=total_steps,
         created_by=created_by,
     )
@@ -405,3 +442,30 @@ def external_run_finish(*, run_id: int, status: str, error: str = "") -> Run:
         _transition(run.pk, status, only_from=Status.RUNNING, finished_at=timezone.now(), error=error)
     run.refresh_from_db()
     return run
+
+
+def external_run_update(*, run_id: int, summary: Mapping[str, Any] | None = None,
+                        config: Mapping[str, Any] | None = None, tags: Sequence[str] | None = None) -> int:
+    """The run's metadata changed by its program (W&B's run.summary.update, config.update, run.tags = ...):
+    `summary` and `config` are merged into the stored ones key by key, `tags` replace the stored tags. Returns 1
+    when something changed, 0 when the update was already applied (a replay, answered even after the run ended);
+    a change to a run no longer running is RunWriteRefused."""
+    summary = None if summary is None else _json_object("summary", summary)
+    config = None if config is None else _json_object("config", config)
+    tags = None if tags is None else _tags(list(tags))
+    with transaction.atomic():
+        run = _external_run_locked(run_id)
+        changed = {}
+        if summary is not None and {**run.summary, **summary} != run.summary:
+            changed["summary"] = _json_object("summary", {**run.summary, **summary})
+        if config is not None and {**run.config, **config} != run.config:
+            changed["config"] = _json_object("config", {**run.config, **config})
+        if tags is not None and tags != run.tags:
+            changed["tags"] = tags
+        if not changed:
+            return 0
+        if run.status != Status.RUNNING:
+            raise _not_running(run)
+        Run.objects.filter(pk=run.pk).update(**changed)
+        run_heartbeat(run_id=run.pk)
+    return 1

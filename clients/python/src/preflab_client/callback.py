@@ -9,8 +9,17 @@
 - on_log: every logged value at state.global_step under Preflab's names (preflab_client.metric_names), and
   what a TRL GRPO-style trainer generated since the last log (its `_logs` of prompts, completions, rewards per
   function and advantages, which TRL 1.16 keeps whether or not `log_completions` is set) as samples;
+  the figures transformers logs once at the end of train() (train_runtime, train_samples_per_second,
+  train_steps_per_second, total_flos, train_loss) go to the run's summary instead of one-point charts, and the
+  latest evaluation's figures (eval/...) to the summary as well as to their charts;
 - Cancel on the run's page stops training at the end of the current step (control.should_training_stop);
-- on_train_end: the run succeeds (or is canceled, when it was stopped from Preflab).
+- on_train_end: the run stays open, as a W&B run does, so that what comes after train() (trainer.evaluate(),
+  a final table) lands in it; the training's end is in its summary (training/ended_at_step). The run succeeds
+  when the program ends, at the next train(), or at `callback.finish()`; a run stopped from Preflab is
+  canceled at once.
+
+`report_to="preflab"` (TrainingArguments): importing preflab_client registers "preflab" with transformers
+(preflab_client.integration); the callback is then made with no arguments, from PREFLAB_URL / PREFLAB_TOKEN.
 
 A failure: transformers has no callback event for an exception. The callback wraps the trainer's
 `training_step` (where the forward, backward, generation and reward functions run), so an exception there
@@ -28,13 +37,23 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from transformers import TrainerCallback
+try:
+    from transformers import TrainerCallback
+except ImportError as missing:  # the client itself needs only requests
+    raise ImportError("PreflabCallback needs transformers, which is not installed here: "
+                      "pip install 'preflab-client[transformers]'") from missing
 
 from preflab_client.client import Client
 from preflab_client.metric_names import preflab_metrics
 from preflab_client.runs import FINISH_TIMEOUT, ExternalRun
 
 logger = logging.getLogger("preflab_client")
+
+# What Trainer logs once, at the end of train() (transformers' speed_metrics, total_flos, train_loss): a summary
+# how long the program's end waits to finish the run (and send its last rows)
+EXIT_FINISH_TIMEOUT = 5.0
+END_OF_TRAINING_FIGURES = ("train_runtime", "train_samples_per_second", "train_steps_per_second", "total_flos",
+                           "train_loss")
 
 
 class PreflabCallback(TrainerCallback):
@@ -62,6 +81,7 @@ class PreflabCallback(TrainerCallback):
         self.run: ExternalRun | None = None
         self.trainer: Any = None
         self._stopped_from_preflab = False
+        self._training_ended = False
         self._last_completions: int | None = None
 
     def __repr__(self) -> str:
@@ -71,8 +91,11 @@ class PreflabCallback(TrainerCallback):
         if not state.is_world_process_zero:
             return
         if self.run is not None and not self.run.finished:
-            self.run.fail("training began again before the previous training ended (did it raise?)",
-                          timeout=self.finish_timeout)
+            if self._training_ended:
+                self._end_run("succeeded")
+            else:
+                self.run.fail("training began again before the previous training ended (did it raise?)",
+                              timeout=self.finish_timeout)
         self.trainer = find_trainer(self)
         config = {**args.to_dict(), "model": model_name(model), **self.extra_config}
         if self.trainer is not None:
@@ -88,6 +111,7 @@ class PreflabCallback(TrainerCallback):
             return
         logger.info("preflab: logging to run %d: %s", self.run.id, self.run.url or self.client.url)
         self._stopped_from_preflab = False
+        self._training_ended = False
         self._last_completions = None
         if self.trainer is not None:
             _wrap_training_step(self.trainer, self._training_raised)
@@ -98,9 +122,18 @@ class PreflabCallback(TrainerCallback):
             return
         try:
             logs = dict(logs or {})
+            if "train_runtime" in logs:  # the end of train(): figures of the whole training, not a chart's point
+                self.run.summary.update({name: value for name, value in logs.items()
+                                         if name in END_OF_TRAINING_FIGURES or name == "epoch"})
+                logs = {name: value for name, value in logs.items()
+                        if name not in END_OF_TRAINING_FIGURES and name != "epoch"}
+            evaluation = {name: value for name, value in preflab_metrics(logs).items() if name.startswith("eval/")}
+            if evaluation:
+                self.run.summary.update({**evaluation, "eval/step": state.global_step})
             tokens = logs.get("num_tokens", logs.get("num_input_tokens_seen"))
-            self.run.log(preflab_metrics(logs), step=state.global_step,
-                         tokens_seen=int(tokens) if isinstance(tokens, int | float) else None)
+            if logs:
+                self.run.log(preflab_metrics(logs), step=state.global_step,
+                             tokens_seen=int(tokens) if isinstance(tokens, int | float) else None)
             if self.samples:
                 self._log_completions(state.global_step)
         except Exception as error:
@@ -115,7 +148,17 @@ class PreflabCallback(TrainerCallback):
             return
         if self.trainer is not None:
             _unwrap_training_step(self.trainer)
-        self._end_run("canceled" if self._stopped_from_preflab else "succeeded")
+        if self._stopped_from_preflab:
+            self._end_run("canceled")
+            return
+        self._training_ended = True
+        self.run.summary.update({"training/ended_at_step": state.global_step})
+
+    def finish(self, status: str | None = None, *, error: str | None = None) -> None:
+        """End the run now (W&B's wandb.finish()): "succeeded" unless told otherwise. Else it ends when the
+        program does, or when train() begins again."""
+        if self.run is not None and not self.run.finished:
+            self._end_run(status or "succeeded", error)
 
     def _stop_if_asked(self, control) -> None:
         if self.run is not None and self.run.should_stop and not control.should_training_stop:
@@ -153,9 +196,13 @@ class PreflabCallback(TrainerCallback):
             self._end_run("failed", f"{type(error).__name__}: {error}")
 
     def _at_exit(self) -> None:
-        if self.run is not None and not self.run.finished:
+        if self.run is None or self.run.finished:
+            return
+        if self._training_ended:
+            self._end_run("succeeded", timeout=EXIT_FINISH_TIMEOUT)
+        else:
             self._end_run("failed", "the training program ended before training finished (an exception outside "
-                          "the training step, or the program was stopped)", timeout=5.0)
+                          "the training step, or the program was stopped)", timeout=EXIT_FINISH_TIMEOUT)
 
     def _end_run(self, status: str, error: str | None = None, *, timeout: float | None = None) -> None:
         atexit.unregister(self._at_exit)

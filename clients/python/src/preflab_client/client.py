@@ -243,8 +243,9 @@ class Client:
 
     # --- runs ----------------------------------------------------------------------------------------------
 
-    def runs(self, *, status: str | None = None, kind: str | None = None, q: str | None = None) -> Iterator[dict]:
-        return self.pages("runs", status=status, kind=kind, q=q)
+    def runs(self, *, status: str | None = None, kind: str | None = None, q: str | None = None,
+             tag: str | None = None, group: str | None = None) -> Iterator[dict]:
+        return self.pages("runs", status=status, kind=kind, q=q, tag=tag, group=group)
 
     def run(self, run_id: int) -> dict:
         return self.get(f"runs/{run_id}")
@@ -288,39 +289,54 @@ class Client:
     # --- runs logged from here -----------------------------------------------------------------------------
 
     def init_run(self, name: str, config: Mapping[str, Any] | None = None, project_id: int | None = None,
-                 total_steps: int | None = None, *, run_id: int | None = None,
+                 total_steps: int | None = None, *, tags: Iterable[str] = (), group: str | None = None,
+                 system_metrics: bool | float = False, run_id: int | None = None,
                  mode: str | None = None) -> ExternalRun | OfflineRun:
         """Start a run logged by this program (kind "external") and return it: `run.log(metrics, step)`,
-        `run.log_samples(samples, step)`, `run.finish()` or `with client.init_run(...) as run:`.
+        `run.log_samples(samples, step)`, `run.summary[...] = ...`, `run.config.update(...)`, `run.tags = ...`,
+        `run.finish()` or `with client.init_run(...) as run:`. `tags` and `group` find it again
+        (`runs(tag=..., group=...)`); `system_metrics=True` (or a number of seconds, default 10) logs CPU, RAM and
+        GPU memory as system/... metrics (preflab_client.system_metrics).
 
         `run_id=N` (MLflow's `start_run(run_id=)`, W&B's `resume=`) reattaches to your external run N instead: it
-        is running again whatever its end was, its rows, samples and config are kept (the other arguments are
-        not used), and rows for steps it has merge into them. ApiError 403 for another user's run, 409 for a
-        run Preflab runs itself.
+        is running again whatever its end was, its rows, samples and config are kept (name, config, tags and the
+        rest are not used), and rows for steps it has merge into them. ApiError 403 for another user's run, 409
+        for a run Preflab runs itself.
 
         `mode="offline"` (or PREFLAB_MODE=offline) never contacts the server: the run is written to a directory
         (`run.directory`) that `preflab sync` or `Client.sync_offline` sends later (preflab_client.offline)."""
         mode = mode or os.environ.get("PREFLAB_MODE") or "online"
         if mode not in ("online", "offline"):
             raise ValueError(f'mode must be "online" or "offline" (PREFLAB_MODE); got {mode!r}')
+        body = self._run_create_body(name, config, project_id, total_steps, tags, group)
         if mode == "offline":
             if run_id is not None:
                 raise ValueError("an offline run cannot reattach to a run of the server (run_id)")
-            return OfflineRun(offline_root(self) / f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}",
-                              self._run_create_body(name, config, project_id, total_steps))
+            return OfflineRun(offline_root(self) / f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}", body)
         if run_id is not None:
-            return ExternalRun(self, self.post(f"runs/{int(run_id)}/reattach"))
-        return ExternalRun(self, self.post("runs/external", self._run_create_body(name, config, project_id,
-                                                                                   total_steps)))
+            run = ExternalRun(self, self.post(f"runs/{int(run_id)}/reattach"))
+        else:
+            run = ExternalRun(self, self.post("runs/external", body))
+        if system_metrics:
+            from preflab_client.system_metrics import SYSTEM_METRICS_SECONDS, SystemMetrics
+
+            seconds = SYSTEM_METRICS_SECONDS if system_metrics is True else float(system_metrics)
+            run.system_metrics = SystemMetrics(run, seconds).start()
+        return run
 
     @staticmethod
     def _run_create_body(name: str, config: Mapping[str, Any] | None, project_id: int | None,
-                         total_steps: int | None) -> dict[str, Any]:
+                         total_steps: int | None, tags: Iterable[str] = (),
+                         group: str | None = None) -> dict[str, Any]:
         body: dict[str, Any] = {"name": name, "config": dict(config or {})}
         if project_id is not None:
             body["project_id"] = project_id
         if total_steps is not None:
             body["total_steps"] = total_steps
+        if tags:
+            body["tags"] = [str(tag) for tag in tags]
+        if group:
+            body["group"] = group
         return body
 
     def sync_offline(self, path: str | Path | None = None) -> list[Synced]:

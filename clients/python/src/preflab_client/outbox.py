@@ -2,7 +2,7 @@
 
 One directory per run under the outbox (PREFLAB_OUTBOX_DIR, else ~/.cache/preflab/outbox), named after the
 server and the run: `meta.json` (the server's address and the run's id, never the token), `journal.jsonl`
-(append-only, one request a line — {"kind": "log" | "samples" | "finish", "body": ...} — fsync'd after each
+(append-only, one request a line — {"kind": "log" | "samples" | "update" | "finish", "body": ...} — fsync'd after each
 append), `rejected.jsonl` (requests the server refused, with its answer, kept rather than dropped) and `lock`.
 The process that owns the run holds the lock (flock) while it runs, so another process replays a journal only
 once its owner has gone. Replaying twice is harmless: metric rows are idempotent by (run, step) and samples by
@@ -77,7 +77,7 @@ class Refused(Exception):
 
 
 RETRYABLE_STATUSES = (408, 425, 429)
-ENTRY_PATHS = {"log": "log", "samples": "samples", "finish": "finish"}
+ENTRY_PATHS = {"log": "log", "samples": "samples", "finish": "finish", "update": "update"}
 ENTRY_ITEMS = {"log": "rows", "samples": "samples"}
 
 # Bounds of one request the client builds, below the server's: at most 10,000 rows and 1,000 samples a request

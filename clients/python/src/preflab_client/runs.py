@@ -50,7 +50,7 @@ from preflab_client.outbox import (
     replay_outboxes,
     undelivered_error,
 )
-from preflab_client.values import NotANumber, metric_value, number_text, storable_text
+from preflab_client.values import NotANumber, metric_value, number_text, plain_json, storable_text
 
 logger = logging.getLogger("preflab_client")
 
@@ -99,6 +99,13 @@ class ExternalRun:
         self._finish_answer: Any = None
         self._stop_requested = False
         self._warned: set[str] = set()
+        # W&B's run.summary / run.config / run.tags: a change is sent in order with the rows (an "update" request)
+        self.summary = RunFields(self, "summary", run.get("summary") or {})
+        self.config = RunFields(self, "config", run.get("config") or {})
+        self._tags: tuple[str, ...] = tuple(run.get("tags") or ())
+        self.group: str = run.get("group") or ""
+        self.system_metrics: Any = None  # a SystemMetrics sampler, with init_run(system_metrics=True)
+        self.latest_step = 0  # the highest step logged: system metrics are logged at it
         self._thread = threading.Thread(target=self._work, name=f"preflab-run-{self.id}", daemon=True)
         self._thread.start()
         atexit.register(self._at_exit)
@@ -131,6 +138,7 @@ class ExternalRun:
                     row = self._rows[step] = {"step": step, "metrics": {},
                                               "wall_time": time.time() if wall_time is None else float(wall_time)}
                 row["metrics"].update(values)
+                self.latest_step = max(self.latest_step, step)
                 if tokens_seen is not None:
                     row["tokens_seen"] = int(tokens_seen)
                 self._batch_grew()
@@ -153,6 +161,42 @@ class ExternalRun:
                             self.id, error)
 
     @property
+    def tags(self) -> tuple[str, ...]:
+        return self._tags
+
+    @tags.setter
+    def tags(self, tags: Iterable[str]) -> None:
+        """`run.tags = [...]` (or `run.tags += ("best",)`) replaces the run's tags on the server."""
+        tags = tuple(dict.fromkeys(str(tag).strip() for tag in tags))
+        self._tags = tags
+        self.update(tags=list(tags))
+
+    def update(self, *, summary: Mapping[str, Any] | None = None, config: Mapping[str, Any] | None = None,
+               tags: Iterable[str] | None = None) -> None:
+        """Merge `summary` / `config` into the run's (key by key) and replace its tags; sent after the rows
+        logged before it, kept in the journal like them. Never raises. `run.summary[...] = ...`,
+        `run.config.update(...)` and `run.tags = ...` call this."""
+        try:
+            body: dict[str, Any] = {}
+            if summary:
+                body["summary"] = plain_json(dict(summary))
+            if config:
+                body["config"] = plain_json(dict(config))
+            if tags is not None:
+                body["tags"] = [str(tag) for tag in tags]
+            if not body:
+                return
+            with self._lock:
+                if self._refuse_after_finish():
+                    return
+                self._seal()
+                self._outgoing.append({"kind": "update", "body": body})
+            self._wake.set()
+        except Exception as error:
+            self._warn_once("update-error", "preflab: update() of run %d failed (%s); training goes on", self.id,
+                            error)
+
+    @property
     def should_stop(self) -> bool:
         """True once the run was asked to stop on Preflab (Cancel on its page); read with each heartbeat."""
         return self._stop_requested
@@ -166,6 +210,8 @@ class ExternalRun:
         """Send what is left and end the run: "succeeded", or "canceled" if it was asked to stop. Waits at
         most `timeout` seconds; what could not be sent by then stays on disk (a warning says where) for
         `Client.replay_outbox()` or the next `init_run`. Returns the run as the server has it, or None."""
+        if self.system_metrics is not None:
+            self.system_metrics.stop()
         with self._lock:
             if self._finished:
                 return self._finish_answer
@@ -390,6 +436,8 @@ class ExternalRun:
         itself is left open; the server fails it when its heartbeats stop."""
         if self._finished:
             return
+        if self.system_metrics is not None:
+            self.system_metrics.stop()
         logger.warning("preflab: the program ends but run %d was not finished (call run.finish() or use "
                        "`with client.init_run(...) as run:`)", self.id)
         with self._lock:
@@ -401,6 +449,30 @@ class ExternalRun:
         if key not in self._warned:
             self._warned.add(key)
             logger.warning(message, *args)
+
+
+class RunFields(dict):
+    """`run.summary` and `run.config`: a dict whose changes (`[key] = value`, `update`, `setdefault`) are sent to
+    the run on the server, merged into its stored fields. Removing a key is not sent (the server merges)."""
+
+    def __init__(self, run: ExternalRun, field: str, values: Mapping[str, Any]) -> None:
+        super().__init__(values)
+        self._run = run
+        self._field = field
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.update({key: value})
+
+    def update(self, values: Mapping[str, Any] | Iterable[tuple[str, Any]] = (), /, **more: Any) -> None:
+        changes = {str(key): value for key, value in dict(values, **more).items()}
+        super().update(changes)
+        if changes:
+            self._run.update(**{self._field: changes})
+
+    def setdefault(self, key: str, default: Any = None) -> Any:
+        if key not in self:
+            self[key] = default
+        return self[key]
 
 
 def _step_number(step: Any) -> int:
