@@ -6,6 +6,7 @@ import json
 from http import HTTPStatus
 from urllib.parse import urlencode
 
+from django.conf import settings
 from django.contrib import messages
 from django.core.exceptions import ValidationError
 from django.db import transaction
@@ -38,9 +39,16 @@ def _optional_float(request: HttpRequest, name: str) -> float | None:
         raise Http404(f"{name} must be a number") from None
 
 
+def _smoothing(request: HttpRequest) -> float:
+    weight = _optional_float(request, "smoothing") or 0.0
+    if not 0 <= weight < 1:
+        raise Http404(f"smoothing must be at least 0 and below 1, got {weight}")
+    return weight
+
+
 def _chart_runs(runs: list[Run]) -> str:
     return json.dumps([
-        {"id": run.pk, "label": f"#{run.pk} {run.name}", "active": run.is_active,
+        {"id": run.pk, "label": f"#{run.pk} {run.name}", "kind": run.kind, "active": run.is_active,
          "metrics_url": reverse("experiments:run_metrics", args=[run.pk])}
         for run in runs
     ])
@@ -176,6 +184,8 @@ def _run_context(run: Run, step: int | None = None, resume: str = "") -> dict:
         "samples": samples,
         # an active run's newest samples replace the shown ones, unless an earlier step was picked
         "samples_follow_latest": run.is_active and (not steps or chosen == steps[-1]),
+        "silence": selectors.run_silence(run),
+        "heartbeat_timeout_text": selectors.duration_text(int(settings.PREFLAB_HEARTBEAT_TIMEOUT_S)),
     }
 
 
@@ -183,6 +193,7 @@ def _run_context(run: Run, step: int | None = None, resume: str = "") -> dict:
 def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     run = _run(request, run_id)
     context = {**_run_context(run, resume=request.GET.get("resume", "")), "chart_runs_json": _chart_runs([run]),
+               "model_text": selectors.run_model_text(run),
                "config_items": sorted(run.config.items())}
     return render(request, "experiments/run_detail.html", context)
 
@@ -230,6 +241,7 @@ def run_metrics(request: HttpRequest, run_id: int) -> JsonResponse:
         x_min=_optional_float(request, "x_min"),
         x_max=_optional_float(request, "x_max"),
         metrics=request.GET.getlist("metric") or None,
+        smoothing=_smoothing(request),
     )
     payload["status"] = run.status
     return JsonResponse(payload)
