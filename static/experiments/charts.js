@@ -1,6 +1,6 @@
 // Run charts: one plotly chart per metric, one colour per run, grouped in sections (pinned, the kind's key
 // metrics, reward, KL and entropy, loss, throughput, time, other). The server downsamples (min/max per bucket)
-// and smooths: the smoothed trace is the EMA of every row, taken at the kept points (selectors.metric_series).
+// and smooths: the smoothed trace is the EMA of every row, at evenly spaced rows (selectors.metric_series).
 // A live run is polled for rows after its last step; when some came, its whole series is fetched again at the
 // same resolution, so an open page never holds more points a trace than a reload would. Each run has three
 // traces per chart: raw (faint), EMA-smoothed, and ✕ markers for NaN/Inf.
@@ -89,13 +89,14 @@
     if (state.offset[index] === null) state.offset[index] = series.x[0] ?? series.nonfinite_x[0] ?? 0;
     const offset = state.offset[index];
     return {
-      x: series.x.map((x) => x - offset), y: series.y, smoothed: series.smoothed ?? null,
+      x: series.x.map((x) => x - offset), y: series.y,
+      smoothedX: series.smoothed_x?.map((x) => x - offset) ?? null, smoothed: series.smoothed ?? null,
       badX: series.nonfinite_x.map((x) => x - offset), bad: series.nonfinite,
     };
   }
 
   function emptySeries() {
-    return { x: [], y: [], smoothed: null, badX: [], bad: [] };
+    return { x: [], y: [], smoothedX: null, smoothed: null, badX: [], bad: [] };
   }
 
   function traces(metric, seriesPerRun) {
@@ -108,7 +109,8 @@
           legendgroup: group, showlegend: false, name: `${runs[index].label} raw` },
         // Sparse series (an eval every N steps, or one at the end) get markers: one point has no line to draw.
         // No `smoothed` from the server (smoothing off, a short series, a learning rate): the values as they are.
-        { x: [...series.x], y: [...(series.smoothed ?? series.y)], mode: series.x.length < 50 ? "lines+markers" : "lines",
+        { x: [...(series.smoothedX ?? series.x)], y: [...(series.smoothed ?? series.y)],
+          mode: series.x.length < 50 ? "lines+markers" : "lines",
           marker: { color, size: 5 }, line: { color, width: 2 },
           legendgroup: group, name: runs[index].label },
         { x: [...series.badX], y: markerY(series, series.badX), text: [...series.bad], mode: "markers",

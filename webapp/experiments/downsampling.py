@@ -23,8 +23,6 @@ class Series:
     y: list[float] = field(default_factory=list)
     nonfinite_x: list[float] = field(default_factory=list)
     nonfinite: list[str] = field(default_factory=list)
-    # another series over the same rows (the EMA of y), taken at the finite points kept
-    companion: list[float] | None = None
 
     @property
     def size(self) -> int:
@@ -63,10 +61,8 @@ def evenly_spaced(count: int, max_points: int) -> np.ndarray:
     return np.unique(np.linspace(0, count - 1, max_points).round().astype(np.int64))
 
 
-def downsample(x: Sequence[float], y: Sequence[float], max_points: int,
-               companion: Sequence[float] | None = None) -> Series:
-    """At most `max_points` points of the series (x sorted ascending); non-finite y come back as markers.
-    `companion` (as long as y) is taken at the same finite points as y."""
+def downsample(x: Sequence[float], y: Sequence[float], max_points: int) -> Series:
+    """At most `max_points` points of the series (x sorted ascending); non-finite y come back as markers."""
     if max_points < 4:
         raise ValueError(f"max_points must be at least 4, got {max_points}")
     xs = np.asarray(x, dtype=np.float64)
@@ -84,7 +80,6 @@ def downsample(x: Sequence[float], y: Sequence[float], max_points: int,
         y=good_y[good_keep].tolist(),
         nonfinite_x=bad_x[bad_keep].tolist(),
         nonfinite=[spelling(value) for value in bad_y[bad_keep].tolist()],
-        companion=None if companion is None else np.asarray(companion, dtype=np.float64)[finite][good_keep].tolist(),
     )
 
 

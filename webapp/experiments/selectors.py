@@ -23,7 +23,7 @@ from trainer.kinds import KINDS, PRESETS, with_preset
 from trainer.sink import decode_json_value
 from webapp.accounts.roles import is_admin
 from webapp.caching import cache_get, cache_set
-from webapp.experiments.downsampling import Series, downsample, exponential_moving_average
+from webapp.experiments.downsampling import Series, downsample, evenly_spaced, exponential_moving_average
 from webapp.experiments.models import EXTERNAL_KIND, MODEL_FIELDS, MetricRow, ModelRef, Run, Sample
 from webapp.text import counted
 
@@ -391,8 +391,9 @@ def metric_series(
     eval/accuracy between evaluations) has no point there; a non-finite one is a marker. The full range of a
     finished run is cached under a key that changes with every write to the run (see `_cache_key`).
 
-    `smoothing` (an EMA weight) adds to each series `smoothed`: the EMA of the metric's whole series, taken at
-    the points kept in `y`, so the smoothed curve is that of every row, not of the downsampled ones. A zoomed
+    `smoothing` (an EMA weight) adds to each series `smoothed_x` and `smoothed`: the EMA of the metric's whole
+    series at up to max_points evenly spaced rows, so the smoothed curve is that of every row, not of the
+    downsampled ones. A zoomed
     range is smoothed from the run's first row too. Short series and learning rates are never smoothed
     (`smoothing_applies`); `after_step` answers carry no `smoothed` (a live page asks for the whole series).
     """
@@ -576,15 +577,19 @@ def smoothing_applies(name: str, finite_points: int) -> bool:
 
 def _smoothed_series_json(name: str, x: np.ndarray, y: np.ndarray, in_range: np.ndarray, max_points: int,
                           smoothing: float) -> dict[str, list]:
-    """The downsampled series of the rows in range; with smoothing, also the full series' EMA at its points."""
+    """The downsampled series of the rows in range; with smoothing, also the full series' EMA over that range."""
     finite = np.isfinite(y)
     if not smoothing or not smoothing_applies(name, int(finite.sum())):
         return _series_json(downsample(x[in_range], y[in_range], max_points))
     # NaN/Inf rows take no part in the EMA (they are drawn as markers); the EMA is over the finite rows in order.
     smoothed = np.full_like(y, np.nan)
     smoothed[finite] = exponential_moving_average(y[finite], smoothing)
-    series = downsample(x[in_range], y[in_range], max_points, companion=smoothed[in_range])
-    return {**_series_json(series), "smoothed": series.companion}
+    # Its own points, evenly spaced: taken at the raw trace's per-bucket extremes, the EMA would follow each
+    # extreme's pull (0.4 of a 3-sigma spike at weight 0.6) and zigzag between them.
+    kept = in_range & finite
+    every = evenly_spaced(int(kept.sum()), max_points)
+    return {**_series_json(downsample(x[in_range], y[in_range], max_points)),
+            "smoothed_x": x[kept][every].tolist(), "smoothed": smoothed[kept][every].tolist()}
 
 
 def _series_json(series: Series) -> dict[str, list]:

@@ -54,14 +54,16 @@ def test_the_smoothed_series_is_the_full_series_ema_at_the_kept_points(researche
                                   "lr": 1e-3 * step, **({"eval/accuracy": step / 3000} if step % 100 == 0 else {})})
     payload = selectors.metric_series(run_id=run.pk, smoothing=0.9)
     loss = payload["series"]["loss"]
-    assert len(loss["x"]) <= 100 and len(loss["smoothed"]) == len(loss["y"])
+    assert len(loss["x"]) <= 100 and len(loss["smoothed_x"]) == len(loss["smoothed"]) == 100
     finite_steps = np.array([step for step in range(1, 3001) if step != 1500])
     finite_values = np.array([1 / step ** 0.5 + noise[step - 1] for step in finite_steps])
     full_ema = dict(zip(finite_steps.tolist(), ema_by_loop(finite_values, 0.9), strict=True))
-    assert np.allclose(loss["smoothed"], [full_ema[int(x)] for x in loss["x"]], atol=1e-9)
+    assert np.allclose(loss["smoothed"], [full_ema[int(x)] for x in loss["smoothed_x"]], atol=1e-9)
+    assert loss["smoothed_x"][0] == 1 and loss["smoothed_x"][-1] == 3000
     assert loss["nonfinite"] == ["NaN"]
-    # the downsampled raw series keeps its extremes: the smoothed one is not the EMA of those
-    assert not np.allclose(loss["smoothed"], ema_by_loop(loss["y"], 0.9), atol=1e-3)
+    # the raw series keeps each bucket's extremes (for the spikes); the smoothed one takes evenly spaced rows
+    assert max(loss["y"]) == pytest.approx(max(finite_values))
+    assert max(np.diff(loss["smoothed_x"])) <= 31
     # a learning rate and a series under 50 points are never smoothed
     assert "smoothed" not in payload["series"]["lr"]
     assert "smoothed" not in payload["series"]["eval/accuracy"]
@@ -70,7 +72,7 @@ def test_the_smoothed_series_is_the_full_series_ema_at_the_kept_points(researche
 
     zoomed = selectors.metric_series(run_id=run.pk, smoothing=0.9, x_min=2000, x_max=2080, metrics=["loss"])
     series = zoomed["series"]["loss"]
-    assert series["x"] == [float(step) for step in range(2000, 2081)]
+    assert series["x"] == series["smoothed_x"] == [float(step) for step in range(2000, 2081)]
     assert np.allclose(series["smoothed"], [full_ema[step] for step in range(2000, 2081)], atol=1e-9), \
         "a zoomed range is smoothed with the history before it"
 
