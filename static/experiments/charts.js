@@ -2,7 +2,8 @@
 // metrics, reward, KL and entropy, loss, throughput, time, other). The server downsamples (min/max per bucket)
 // and smooths: the smoothed trace is the EMA of every row, at evenly spaced rows (selectors.metric_series).
 // A live run is polled for rows after its last step; when some came, its whole series is fetched again at the
-// same resolution, so an open page never holds more points a trace than a reload would. Each run has three
+// same resolution (no more often than every 4 times that fetch took), so an open page never holds more points
+// a trace than a reload would. Each run has three
 // traces per chart: raw (faint), EMA-smoothed, and ✕ markers for NaN/Inf.
 // A full load draws each chart once, one per animation frame, so the page stays responsive while 20 charts
 // of several runs are drawn. Traces stay SVG: scattergl needs a WebGL context per chart and browsers keep
@@ -22,6 +23,7 @@
   const COLORS = ["#3b5bdb", "#e8590c", "#2b8a3e", "#ae3ec9", "#c92a2a", "#0c8599", "#5c940d", "#862e9c"];
   const POLL_MS = 2000;
   const SMOOTHING_DEBOUNCE_MS = 250;
+  const RELOAD_SPACING = 4;
   // The kind's key metrics come first, in this order (TRL's own spellings too, for runs logged without renaming).
   const KEY_METRICS = {
     grpo: ["reward/mean", "kl", "entropy", "loss"], dapo: ["reward/mean", "kl", "entropy", "loss"],
@@ -50,7 +52,9 @@
     smoothing: smoothingControl ? Number(smoothingControl.value) : 0.6,
     charts: new Map(), // metric -> div
     data: new Map(), // metric -> per run {x, y, badX, bad}
-    lastStep: runs.map(() => 0),
+    seenStep: runs.map(() => 0), // of the newest row a poll has seen
+    pending: runs.map(() => false), // rows came that the charts do not show yet
+    nextReload: runs.map(() => 0), // performance.now() before which a live run's series is not fetched again
     offset: runs.map(() => 0), // subtracted from x (wall time: the run's first logged time)
     active: runs.map((run) => run.active),
     pinned: readPins(),
@@ -285,7 +289,8 @@
     const names = [...new Set(answers.flatMap((answer) => Object.keys(answer.series)))].sort(metricOrder);
     for (const metric of names) state.data.set(metric, runs.map(emptySeries));
     answers.forEach((answer, index) => {
-      state.lastStep[index] = answer.last_step;
+      state.seenStep[index] = answer.last_step;
+      state.pending[index] = false;
       state.active[index] = answer.status === "queued" || answer.status === "running";
       const firsts = Object.values(answer.series).flatMap((series) => [series.x[0], series.nonfinite_x[0]]);
       state.offset[index] = state.x === "wall_time" ? Math.min(...firsts.filter((x) => x !== undefined)) : 0;
@@ -308,9 +313,14 @@
   // except a zoomed one, which keeps the range it was asked for until it is reset.
   async function reloadRun(index) {
     const generation = state.generation;
+    const started = performance.now();
     const answer = await fetchJson(wholeUrl(runs[index]));
     if (generation !== state.generation) return;
-    state.lastStep[index] = answer.last_step;
+    // A long series costs the server most of a second to read: a live page asks for it again no more often
+    // than every RELOAD_SPACING times that, so one open page never keeps a database busy.
+    state.nextReload[index] = performance.now() + RELOAD_SPACING * (performance.now() - started);
+    state.seenStep[index] = answer.last_step;
+    state.pending[index] = false;
     state.active[index] = answer.status === "queued" || answer.status === "running";
     for (const [metric, series] of Object.entries(answer.series)) {
       if (!state.data.has(metric)) state.data.set(metric, runs.map(emptySeries));
@@ -329,14 +339,14 @@
     const generation = state.generation;
     await Promise.all(runs.map(async (run, index) => {
       if (!state.active[index]) return;
-      // Only what came after the last step, to learn whether anything did; if so, the whole series again.
-      const answer = await fetchJson(url(run, { after: state.lastStep[index] }));
+      // Only the rows after the last step seen (a few ms), to learn whether any came; then the whole series.
+      const answer = await fetchJson(url(run, { after: state.seenStep[index] }));
       if (generation !== state.generation) return;
-      const wasActive = state.active[index];
       state.active[index] = answer.status === "queued" || answer.status === "running";
-      if (answer.last_step !== state.lastStep[index] || Object.keys(answer.series).length || !state.active[index] && wasActive) {
-        await reloadRun(index);
-      }
+      if (answer.last_step !== state.seenStep[index] || Object.keys(answer.series).length) state.pending[index] = true;
+      state.seenStep[index] = answer.last_step;
+      const ended = !state.active[index];
+      if (ended || state.pending[index] && performance.now() >= state.nextReload[index]) await reloadRun(index);
     }));
   }
 
