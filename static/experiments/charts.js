@@ -192,6 +192,11 @@
       const grid = document.createElement("div");
       grid.className = "charts";
       section.append(summary, grid);
+      // a chart drawn or resized while its section was folded has no width: it is measured again on opening
+      section.addEventListener("toggle", () => {
+        if (!section.open) return;
+        for (const div of grid.querySelectorAll(".chart")) if (div.data) Plotly.Plots.resize(div);
+      });
       container.append(section);
       sectionGrids.set(id, grid);
     }

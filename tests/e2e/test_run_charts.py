@@ -133,6 +133,9 @@ def test_sections_put_the_key_metrics_first_and_a_pin_outlives_a_reload(page, li
     assert not page.locator('[data-metric="kl"]').is_visible()
     page.click('[data-pin="lr"]')
     assert page.evaluate("window.preflabCharts.layout()") == [["key", "kl"], ["key", "loss"], ["loss", "lr"]]
+    page.click('.chart-section[data-section="key"] > summary')
+    assert page.locator('[data-metric="kl"]').is_visible()
+    assert page.locator('[data-metric="kl"] .main-svg').first.bounding_box()["width"] > 300
     page.reload()
     page.wait_for_function("window.preflabCharts && window.preflabCharts.drawn()")
     assert page.evaluate("window.preflabCharts.layout()")[-1] == ["loss", "lr"]
