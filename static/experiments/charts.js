@@ -41,10 +41,8 @@
     ["time", "Time", /^time(\/|$)|_runtime$|_time$|(^|\/)time_/],
     ["other", "Other", /./],
   ];
-  const kind = runs.every((run) => run.kind === runs[0]?.kind) ? runs[0]?.kind : "";
+  const kind = container.dataset.kind; // "" when the runs compared are of several kinds: no key metrics, no pins
   const keyMetrics = KEY_METRICS[kind] || [];
-  // Pins are kept in this browser (localStorage), per run kind: a pinned chart opens pinned on every run of it.
-  const PINS_KEY = `preflab.charts.pinned.${kind || "mixed"}`;
   const xControl = document.querySelector("[data-chart-control=x]");
   const smoothingControl = document.querySelector("[data-chart-control=smoothing]");
   const state = {
@@ -62,21 +60,20 @@
     drawn: false, // every chart of the latest full load is drawn
   };
 
+  // Pins are the user's, per run kind, kept on the server (views.chart_pins): a chart pinned on one run opens
+  // pinned on every run of its kind, in any browser.
   function readPins() {
-    try {
-      const pins = JSON.parse(localStorage.getItem(PINS_KEY) || "[]");
-      return new Set(Array.isArray(pins) ? pins.filter((pin) => typeof pin === "string") : []);
-    } catch {
-      return new Set(); // storage refused or a hand-edited value: no pins, rather than no charts
-    }
+    const pins = JSON.parse(container.dataset.pins || "[]");
+    return new Set(pins);
   }
 
-  function savePins() {
-    try {
-      localStorage.setItem(PINS_KEY, JSON.stringify([...state.pinned].sort()));
-    } catch {
-      // storage refused (private mode, quota): the pin holds until the page is left
-    }
+  async function savePins() {
+    const csrf = JSON.parse(document.body.getAttribute("hx-headers") || "{}")["X-CSRFToken"];
+    const response = await fetch(container.dataset.pinsUrl, {
+      method: "POST", headers: { "Content-Type": "application/json", "X-CSRFToken": csrf },
+      body: JSON.stringify({ kind, metrics: [...state.pinned] }),
+    });
+    if (!response.ok) throw new Error(`${container.dataset.pinsUrl}: ${response.status}`);
   }
 
   function markerY(series, xs) {
@@ -223,18 +220,19 @@
       const pinned = state.pinned.has(metric);
       button.setAttribute("aria-pressed", String(pinned));
       button.textContent = pinned ? "Unpin" : "Pin";
-      button.title = `${pinned ? "Unpin" : "Pin"} ${metric} ${pinned ? "from" : "to"} the top (kept in this browser for ${kind || "these"} runs)`;
+      button.title = `${pinned ? "Unpin" : "Pin"} ${metric} ${pinned ? "from" : "to"} the top of every ${kind} run`;
     };
     button.addEventListener("click", () => {
       if (state.pinned.has(metric)) state.pinned.delete(metric);
       else state.pinned.add(metric);
-      savePins();
+      savePins().then(() => { button.dataset.saved = String(state.pinned.has(metric)); });
       update();
       placeCell(metric, button.parentElement);
       const div = state.charts.get(metric);
       if (div?.data) Plotly.Plots.resize(div); // its new grid may be wider or narrower
     });
     update();
+    button.hidden = !kind; // runs of several kinds compared: a pin would have no kind to be kept for
     return button;
   }
 

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 from django.utils import timezone
 
-from tests.e2e.conftest import log_in
+from tests.e2e.conftest import _wait_for_function_under_the_policy, log_in
 from webapp.experiments import services
-from webapp.experiments.models import Run
+from webapp.experiments.models import ChartPins, Run
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -118,10 +118,19 @@ def test_sections_put_the_key_metrics_first_and_a_pin_outlives_a_reload(page, li
     page.click('[data-pin="lr"]')
     assert page.evaluate("window.preflabCharts.layout()")[:2] == [["pinned", "lr"], ["key", "reward/mean"]]
     assert page.get_attribute('[data-pin="lr"]', "aria-pressed") == "true"
+    page.wait_for_selector('[data-pin="lr"][data-saved="true"]')
+    assert ChartPins.objects.get(user=researcher, kind="grpo").metrics == ["lr"]
 
     other = _run(researcher, name="another grpo", current_step=60, total_steps=60)
     _log(other, range(1, 61), lambda step: {"loss": 1 / step, "lr": 0.001, "kl": step / 100})
-    page.goto(f"{live_server.url}/runs/{other.pk}/")  # the pin is kept for the kind, so it holds on this run too
+    # the pin is the user's for the kind, on the server: it holds on another GRPO run, in a new browser context
+    fresh = page.context.browser.new_context(viewport={"width": 1400, "height": 900})
+    page = fresh.new_page()
+    page.js_errors = []
+    page.on("pageerror", lambda error: page.js_errors.append(str(error)))
+    page.wait_for_function = _wait_for_function_under_the_policy(page)
+    log_in(page, live_server, "rita", "rita-password-1")
+    page.goto(f"{live_server.url}/runs/{other.pk}/")
     page.wait_for_function("window.preflabCharts && window.preflabCharts.drawn()")
     assert page.evaluate("window.preflabCharts.layout()") == [["pinned", "lr"], ["key", "kl"], ["key", "loss"]]
     page.reload()
@@ -133,6 +142,7 @@ def test_sections_put_the_key_metrics_first_and_a_pin_outlives_a_reload(page, li
     assert not page.locator('[data-metric="kl"]').is_visible()
     page.click('[data-pin="lr"]')
     assert page.evaluate("window.preflabCharts.layout()") == [["key", "kl"], ["key", "loss"], ["loss", "lr"]]
+    page.wait_for_selector('[data-pin="lr"][data-saved="false"]')
     page.click('.chart-section[data-section="key"] > summary')
     assert page.locator('[data-metric="kl"]').is_visible()
     assert page.locator('[data-metric="kl"] .main-svg').first.bounding_box()["width"] > 300
@@ -140,6 +150,7 @@ def test_sections_put_the_key_metrics_first_and_a_pin_outlives_a_reload(page, li
     page.wait_for_function("window.preflabCharts && window.preflabCharts.drawn()")
     assert page.evaluate("window.preflabCharts.layout()")[-1] == ["loss", "lr"]
     assert page.js_errors == []
+    fresh.close()
 
 
 def test_a_short_run_has_whole_step_ticks_and_no_smoothing(page, live_server, researcher):

@@ -24,7 +24,7 @@ from trainer.sink import decode_json_value
 from webapp.accounts.roles import is_admin
 from webapp.caching import cache_get, cache_set
 from webapp.experiments.downsampling import Series, downsample, evenly_spaced, exponential_moving_average
-from webapp.experiments.models import EXTERNAL_KIND, MODEL_FIELDS, MetricRow, ModelRef, Run, Sample
+from webapp.experiments.models import EXTERNAL_KIND, MODEL_FIELDS, ChartPins, MetricRow, ModelRef, Run, Sample
 from webapp.text import counted
 
 X_AXES = ("step", "wall_time", "tokens_seen")
@@ -353,6 +353,12 @@ def run_silence(run: Run, now: Any = None) -> RunSilence:
     silent_s = max(0, int(((now or timezone.now()) - run.heartbeat_at).total_seconds()))
     return RunSilence(last_data_at=run.heartbeat_at, silent_s=silent_s,
                       stale=run.status == Run.Status.RUNNING and silent_s > STALE_HINT_AFTER_S)
+
+
+def chart_pins(*, user: AbstractBaseUser, kind: str) -> list[str]:
+    """The metric names the user pinned on run pages of this kind (services.chart_pins_set)."""
+    pins = ChartPins.objects.filter(user=user, kind=kind).values_list("metrics", flat=True).first()
+    return list(pins or [])
 
 
 def run_model_text(run: Run) -> str:
