@@ -1,6 +1,7 @@
 """The run page's chart data: the EMA of the whole series at the downsampled points, what is never smoothed,
-the stale-run hint and the model in the header (issue 30)."""
+the stale-run hint, the model in the header and the pinned charts (issue 30)."""
 
+import json
 from datetime import timedelta
 
 import numpy as np
@@ -9,7 +10,7 @@ from django.utils import timezone
 
 from webapp.experiments import selectors, services
 from webapp.experiments.downsampling import exponential_moving_average
-from webapp.experiments.models import ModelRef, Run
+from webapp.experiments.models import ChartPins, ModelRef, Run
 
 pytestmark = pytest.mark.django_db
 
@@ -119,3 +120,38 @@ def test_the_run_header_names_its_model(researcher_client, researcher, settings,
     assert "· HuggingFaceTB/SmolLM2-135M</span>" in researcher_client.get(f"/runs/{external.pk}/").content.decode()
     bare = _run(researcher, config={"lr": 0.1})
     assert 'id="run-model"' not in researcher_client.get(f"/runs/{bare.pk}/").content.decode()
+
+
+def _post_pins(client, body):
+    return client.post("/runs/chart-pins", data=body if isinstance(body, str) else json.dumps(body),
+                       content_type="application/json")
+
+
+def test_pins_are_kept_per_user_and_kind_and_shown_to_that_user_only(researcher_client, researcher,
+                                                                      django_user_model):
+    assert _post_pins(researcher_client, {"kind": "grpo", "metrics": ["lr", "kl", "lr"]}).json() == {
+        "kind": "grpo", "metrics": ["lr", "kl"]}
+    assert _post_pins(researcher_client, {"kind": "dpo", "metrics": ["loss"]}).status_code == 200
+    assert selectors.chart_pins(user=researcher, kind="grpo") == ["lr", "kl"]
+    run = _run(researcher)
+    assert "data-pins='[&quot;lr&quot;, &quot;kl&quot;]'" in researcher_client.get(f"/runs/{run.pk}/").content.decode()
+    other = django_user_model.objects.create_user("otto")
+    assert selectors.chart_pins(user=other, kind="grpo") == []
+    assert _post_pins(researcher_client, {"kind": "grpo", "metrics": []}).json()["metrics"] == []
+    assert selectors.chart_pins(user=researcher, kind="grpo") == []
+    assert selectors.chart_pins(user=researcher, kind="dpo") == ["loss"]
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    ("not json", "the body must be JSON"),
+    ("[1]", "the body must be a JSON object"),
+    ({"kind": "nope", "metrics": []}, "kind must be one of"),
+    ({"kind": "grpo", "metrics": "loss"}, "metrics must be a list of metric names, got str"),
+    ({"kind": "grpo", "metrics": ["loss", 3]}, "metrics[1] must be a metric name"),
+    ({"kind": "grpo", "metrics": [f"m{index}" for index in range(51)]}, "at most 50 pinned charts, got 51"),
+])
+def test_bad_pins_are_refused_with_what_and_where(researcher_client, researcher, body, message):
+    response = _post_pins(researcher_client, body)
+    assert response.status_code == 400
+    assert message in response.json()["error"]
+    assert not ChartPins.objects.exists()
