@@ -126,10 +126,10 @@ def test_the_charts_draw_with_the_vendored_bundle_and_the_legend_clears_the_axis
     log_in(page, live_server, "rita", "rita-password-1")
     page.goto(f"{live_server.url}/runs/compare?" + "&".join(f"runs={run.pk}" for run in runs))
     page.wait_for_function("window.preflabCharts && window.preflabCharts.drawn()")
-    assert page.evaluate("window.preflabCharts.metrics()") == ["loss", "reward/mean"]
+    assert page.evaluate("window.preflabCharts.metrics()") == ["reward/mean", "loss"]  # GRPO's key metrics first
     assert page.evaluate("window.preflabCharts.points('loss')") == 3 * 40
     assert page.evaluate("window.preflabCharts.nonfinite('loss')") == ["NaN"] * 3
-    assert page.evaluate(OVERLAPS_JS) == [["loss", "apart"], ["reward/mean", "apart"]]
+    assert page.evaluate(OVERLAPS_JS) == [["reward/mean", "apart"], ["loss", "apart"]]
     scripts = page.evaluate("performance.getEntriesByType('resource').filter(entry => entry.initiatorType"
                             " === 'script').map(entry => entry.name).filter(name => name.includes('plotly'))")
     assert [name.rsplit("/", 1)[1] for name in scripts] == ["plotly-basic-4.1.1.min.js"]

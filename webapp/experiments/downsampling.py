@@ -81,3 +81,26 @@ def downsample(x: Sequence[float], y: Sequence[float], max_points: int) -> Serie
         nonfinite_x=bad_x[bad_keep].tolist(),
         nonfinite=[spelling(value) for value in bad_y[bad_keep].tolist()],
     )
+
+
+def exponential_moving_average(values: Sequence[float] | np.ndarray, weight: float) -> np.ndarray:
+    """TensorBoard's EMA without debiasing: s[0] = v[0], s[i] = weight * s[i-1] + (1 - weight) * v[i].
+
+    In closed form, so 100k values take milliseconds rather than a Python loop: within a block that starts after
+    s[p], s[p+1+i] = weight**(i+1) * s[p] + (1 - weight) * sum_{j<=i} weight**(i-j) v[p+1+j]. The block is short
+    enough that weight**length stays above 1e-150, so v / weight**k neither overflows nor loses the old terms.
+    """
+    if not 0 <= weight < 1:
+        raise ValueError(f"smoothing weight must be in [0, 1), got {weight}")
+    values = np.asarray(values, dtype=np.float64)
+    if values.size == 0 or weight == 0:
+        return values.copy()
+    block = max(1, int(-150 / math.log10(weight)))
+    smoothed = np.empty_like(values)
+    previous = values[0]
+    for start in range(0, values.size, block):
+        chunk = values[start:start + block]
+        powers = weight ** np.arange(1, chunk.size + 1)
+        smoothed[start:start + chunk.size] = powers * (previous + (1 - weight) * np.cumsum(chunk / powers))
+        previous = smoothed[start + chunk.size - 1]
+    return smoothed

@@ -176,3 +176,19 @@ class PeriodicJobClaim(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name}: acted {self.acts} times, last at {self.acted_at}"
+
+
+class ChartPins(models.Model):
+    """The charts a user pinned to the top of run pages, per run kind: a chart pinned on one GRPO run is pinned on
+    every GRPO run this user opens, in any browser."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="chart_pins")
+    kind = models.CharField(max_length=20)
+    metrics = models.JSONField(default=list, help_text="Metric names, in the order they were pinned.")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["user", "kind"], name="chart_pins_one_per_user_and_kind")]
+
+    def __str__(self) -> str:
+        return f"{self.user_id} {self.kind}: {', '.join(self.metrics)}"

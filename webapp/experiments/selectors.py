@@ -23,8 +23,8 @@ from trainer.kinds import KINDS, PRESETS, with_preset
 from trainer.sink import decode_json_value
 from webapp.accounts.roles import is_admin
 from webapp.caching import cache_get, cache_set
-from webapp.experiments.downsampling import Series, downsample
-from webapp.experiments.models import EXTERNAL_KIND, MODEL_FIELDS, MetricRow, ModelRef, Run, Sample
+from webapp.experiments.downsampling import Series, downsample, evenly_spaced, exponential_moving_average
+from webapp.experiments.models import EXTERNAL_KIND, MODEL_FIELDS, ChartPins, MetricRow, ModelRef, Run, Sample
 from webapp.text import counted
 
 X_AXES = ("step", "wall_time", "tokens_seen")
@@ -322,6 +322,60 @@ def run_checkpoints(*, run: Run) -> QuerySet[ModelRef]:
     return ModelRef.objects.filter(run=run).order_by("step")
 
 
+# A running run whose last row or heartbeat is older than this gets a hint on its page: its writer logs (or beats)
+# every few seconds, so half a minute of silence means it stopped, hangs, or cannot reach the server.
+STALE_HINT_AFTER_S = 30
+
+
+@dataclass(frozen=True)
+class RunSilence:
+    """When the run's last row or heartbeat arrived, and whether a running run has been silent too long."""
+
+    last_data_at: Any  # datetime | None
+    silent_s: int | None
+    stale: bool
+
+    @property
+    def silent_text(self) -> str:
+        return duration_text(self.silent_s or 0)
+
+
+def duration_text(seconds: int) -> str:
+    """e.g. 45 → "45 s", 125 → "2 min 5 s", 7260 → "2 h 1 min"."""
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        minutes, rest = divmod(seconds, 60)
+        return f"{minutes} min" + (f" {rest} s" if rest else "")
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours} h" + (f" {rest // 60} min" if rest // 60 else "")
+
+
+def run_silence(run: Run, now: Any = None) -> RunSilence:
+    """Every row written moves heartbeat_at (metric_rows_write), as does every heartbeat: it is the last sign."""
+    if run.heartbeat_at is None:
+        return RunSilence(last_data_at=None, silent_s=None, stale=False)
+    silent_s = max(0, int(((now or timezone.now()) - run.heartbeat_at).total_seconds()))
+    return RunSilence(last_data_at=run.heartbeat_at, silent_s=silent_s,
+                      stale=run.status == Run.Status.RUNNING and silent_s > STALE_HINT_AFTER_S)
+
+
+def chart_pins(*, user: AbstractBaseUser, kind: str) -> list[str]:
+    """The metric names the user pinned on run pages of this kind (services.chart_pins_set)."""
+    pins = ChartPins.objects.filter(user=user, kind=kind).values_list("metrics", flat=True).first()
+    return list(pins or [])
+
+
+def run_model_text(run: Run) -> str:
+    """The model a run trains: its registered name where the config's `model` is a known path, else the config's
+    value as written (an external run's callback sets `model` to the name or path it loaded)."""
+    model = run.config.get("model") if isinstance(run.config, Mapping) else None
+    if model in (None, ""):
+        return ""
+    name = ModelRef.objects.filter(path=str(model)).values_list("name", flat=True).first()
+    return name or str(model)
+
+
 def run_checkpoints_sized(*, run: Run) -> list[ModelRef]:
     """The run's checkpoints, each with `size_bytes` on disk."""
     checkpoints = list(run_checkpoints(run=run))
@@ -339,6 +393,7 @@ def metric_series(
     x_max: float | None = None,
     max_points: int | None = None,
     metrics: Iterable[str] | None = None,
+    smoothing: float = 0.0,
 ) -> dict[str, Any]:
     """The run's metrics (all, or only `metrics`) as downsampled series over the chosen x axis.
 
@@ -346,24 +401,41 @@ def metric_series(
     again at most max_points a series, so zooming in shows full resolution. A metric missing at a step (e.g.
     eval/accuracy between evaluations) has no point there; a non-finite one is a marker. The full range of a
     finished run is cached under a key that changes with every write to the run (see `_cache_key`).
+
+    `smoothing` (an EMA weight) adds to each series `smoothed_x` and `smoothed`: the EMA of the metric's whole
+    series at up to max_points evenly spaced rows, so the smoothed curve is that of every row, not of the
+    downsampled ones. A zoomed
+    range is smoothed from the run's first row too. Short series and learning rates are never smoothed
+    (`smoothing_applies`); `after_step` answers carry no `smoothed` (a live page asks for the whole series).
     """
+    if not 0 <= smoothing < 1:
+        raise ValueError(f"smoothing must be in [0, 1), got {smoothing}")
     if x_axis not in X_AXES:
         raise ValueError(f"x axis must be one of {', '.join(X_AXES)}, got {x_axis!r}")
     max_points = max_points or settings.PREFLAB_METRICS_MAX_POINTS
     run = Run.objects.only(*CACHE_KEY_FIELDS, "metric_names").get(pk=run_id)
     names = _chosen_names(run.metric_names, metrics)
     full_range = after_step is None and x_min is None and x_max is None
-    key = _cache_key(run, x_axis, max_points, names) if full_range and not run.is_active else None
+    key = _cache_key(run, x_axis, max_points, names, smoothing) if full_range and not run.is_active else None
     if key is not None and (cached := cache_get(key)) is not None:
         return cached
-    filters = RowFilter(run_id=run_id, x_axis=x_axis, after_step=after_step, x_min=x_min, x_max=x_max)
+    smoothing = smoothing if after_step is None else 0.0
+    # a smoothed zoom reads from the first row (the EMA carries its history), then keeps the zoomed range
+    read_range = (None, None) if smoothing else (x_min, x_max)
+    filters = RowFilter(run_id=run_id, x_axis=x_axis, after_step=after_step, x_min=read_range[0], x_max=read_range[1])
     read = COLUMN_READERS.get(connection.vendor, _columns_portable)
     columns = read(filters, names) if names else _no_columns()
+    in_range = np.ones(len(columns.x), dtype=bool)
+    if smoothing and x_min is not None:
+        in_range &= columns.x >= x_min
+    if smoothing and x_max is not None:
+        in_range &= columns.x <= x_max
     series = {}
     for name, values, missing in zip(names, columns.values, columns.missing, strict=True):
         present = ~missing
         if present.any():
-            series[name] = _series_json(downsample(columns.x[present], values[present], max_points))
+            series[name] = _smoothed_series_json(name, columns.x[present], values[present], in_range[present],
+                                                 max_points, smoothing)
     last_step = int(columns.steps[-1]) if len(columns.steps) else (after_step or 0)
     payload = {"run": run_id, "x_axis": x_axis, "last_step": last_step, "series": series}
     if key is not None:
@@ -377,9 +449,9 @@ CACHE_KEY_FIELDS = ("status", "finished_at", "heartbeat_at", "current_step")
 METRICS_CACHE_TIMEOUT_S = 24 * 3600
 
 
-def _cache_key(run: Run, x_axis: str, max_points: int, names: list[str]) -> str:
+def _cache_key(run: Run, x_axis: str, max_points: int, names: list[str], smoothing: float) -> str:
     state = "|".join(str(getattr(run, field)) for field in CACHE_KEY_FIELDS)
-    digest = hashlib.sha256("\n".join([state, x_axis, str(max_points), *names]).encode()).hexdigest()
+    digest = hashlib.sha256("\n".join([state, x_axis, str(max_points), repr(smoothing), *names]).encode()).hexdigest()
     return f"experiments:metric-series:{run.pk}:{digest}"
 
 
@@ -501,6 +573,34 @@ def _columns_portable(filters: RowFilter, names: list[str]) -> Columns:
 
 
 COLUMN_READERS = {"postgresql": _columns_postgres}
+
+
+# Fewer finite points than this and a chart shows its raw values only: an EMA over a handful of points (an
+# eval every 500 steps) lags behind them and hides the last one. Learning rates are a schedule, not noise.
+SHORT_SERIES_POINTS = 50
+LEARNING_RATE_NAMES = ("lr", "learning_rate")
+
+
+def smoothing_applies(name: str, finite_points: int) -> bool:
+    leaf = name.rsplit("/", 1)[-1]
+    return finite_points >= SHORT_SERIES_POINTS and leaf not in LEARNING_RATE_NAMES
+
+
+def _smoothed_series_json(name: str, x: np.ndarray, y: np.ndarray, in_range: np.ndarray, max_points: int,
+                          smoothing: float) -> dict[str, list]:
+    """The downsampled series of the rows in range; with smoothing, also the full series' EMA over that range."""
+    finite = np.isfinite(y)
+    if not smoothing or not smoothing_applies(name, int(finite.sum())):
+        return _series_json(downsample(x[in_range], y[in_range], max_points))
+    # NaN/Inf rows take no part in the EMA (they are drawn as markers); the EMA is over the finite rows in order.
+    smoothed = np.full_like(y, np.nan)
+    smoothed[finite] = exponential_moving_average(y[finite], smoothing)
+    # Its own points, evenly spaced: taken at the raw trace's per-bucket extremes, the EMA would follow each
+    # extreme's pull (0.4 of a 3-sigma spike at weight 0.6) and zigzag between them.
+    kept = in_range & finite
+    every = evenly_spaced(int(kept.sum()), max_points)
+    return {**_series_json(downsample(x[in_range], y[in_range], max_points)),
+            "smoothed_x": x[kept][every].tolist(), "smoothed": smoothed[kept][every].tolist()}
 
 
 def _series_json(series: Series) -> dict[str, list]:

@@ -9,6 +9,7 @@ urlpatterns = [
     path("runs/rows", views.run_list, {"rows_only": True}, name="run_rows"),
     path("runs/new", views.run_launch, name="run_launch"),
     path("runs/compare", views.run_compare, name="run_compare"),
+    path("runs/chart-pins", views.chart_pins, name="chart_pins"),
     path("runs/<int:run_id>/", views.run_detail, name="run_detail"),
     path("runs/<int:run_id>/status", views.run_status, name="run_status"),
     path("runs/<int:run_id>/metrics", views.run_metrics, name="run_metrics"),

@@ -6,6 +6,7 @@ import json
 from http import HTTPStatus
 from urllib.parse import urlencode
 
+from django.conf import settings
 from django.contrib import messages
 from django.core.exceptions import ValidationError
 from django.db import transaction
@@ -38,9 +39,24 @@ def _optional_float(request: HttpRequest, name: str) -> float | None:
         raise Http404(f"{name} must be a number") from None
 
 
+def _smoothing(request: HttpRequest) -> float:
+    weight = _optional_float(request, "smoothing") or 0.0
+    if not 0 <= weight < 1:
+        raise Http404(f"smoothing must be at least 0 and below 1, got {weight}")
+    return weight
+
+
+def _chart_context(request: HttpRequest, runs: list[Run]) -> dict:
+    """What the charts' partial needs: the runs, and the user's pins for their kind (none when kinds differ)."""
+    kinds = {run.kind for run in runs}
+    kind = kinds.pop() if len(kinds) == 1 else ""
+    pins = selectors.chart_pins(user=request.user, kind=kind) if kind else []
+    return {"chart_runs_json": _chart_runs(runs), "chart_pins_json": json.dumps(pins), "chart_kind": kind}
+
+
 def _chart_runs(runs: list[Run]) -> str:
     return json.dumps([
-        {"id": run.pk, "label": f"#{run.pk} {run.name}", "active": run.is_active,
+        {"id": run.pk, "label": f"#{run.pk} {run.name}", "kind": run.kind, "active": run.is_active,
          "metrics_url": reverse("experiments:run_metrics", args=[run.pk])}
         for run in runs
     ])
@@ -176,13 +192,16 @@ def _run_context(run: Run, step: int | None = None, resume: str = "") -> dict:
         "samples": samples,
         # an active run's newest samples replace the shown ones, unless an earlier step was picked
         "samples_follow_latest": run.is_active and (not steps or chosen == steps[-1]),
+        "silence": selectors.run_silence(run),
+        "heartbeat_timeout_text": selectors.duration_text(int(settings.PREFLAB_HEARTBEAT_TIMEOUT_S)),
     }
 
 
 @researcher_required
 def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     run = _run(request, run_id)
-    context = {**_run_context(run, resume=request.GET.get("resume", "")), "chart_runs_json": _chart_runs([run]),
+    context = {**_run_context(run, resume=request.GET.get("resume", "")), **_chart_context(request, [run]),
+               "model_text": selectors.run_model_text(run),
                "config_items": sorted(run.config.items())}
     return render(request, "experiments/run_detail.html", context)
 
@@ -230,9 +249,27 @@ def run_metrics(request: HttpRequest, run_id: int) -> JsonResponse:
         x_min=_optional_float(request, "x_min"),
         x_max=_optional_float(request, "x_max"),
         metrics=request.GET.getlist("metric") or None,
+        smoothing=_smoothing(request),
     )
     payload["status"] = run.status
     return JsonResponse(payload)
+
+
+@researcher_required
+@require_POST
+def chart_pins(request: HttpRequest) -> JsonResponse:
+    """The charts pinned on run pages of a kind, replaced by the posted list: {"kind": ..., "metrics": [...]}."""
+    try:
+        body = json.loads(request.body or b"null")
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        return JsonResponse({"error": f"the body must be JSON: {error}"}, status=400)
+    if not isinstance(body, dict):
+        return JsonResponse({"error": 'the body must be a JSON object: {"kind": ..., "metrics": [...]}'}, status=400)
+    try:
+        pins = services.chart_pins_set(user=request.user, kind=body.get("kind"), metrics=body.get("metrics"))
+    except ValidationError as error:
+        return JsonResponse({"error": "; ".join(error.messages)}, status=400)
+    return JsonResponse({"kind": body["kind"], "metrics": pins})
 
 
 @researcher_required
@@ -270,7 +307,7 @@ def run_compare(request: HttpRequest) -> HttpResponse:
     runs = list(selectors.runs_visible_to(request.user).filter(pk__in=ids).order_by("pk"))
     context = {
         "runs": runs,
-        "chart_runs_json": _chart_runs(runs),
+        **_chart_context(request, runs),
         "diff": selectors.config_diff(runs) if len(runs) > 1 else [],
         "choices": selectors.runs_list(user=request.user)[:50],
     }

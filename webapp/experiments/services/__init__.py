@@ -6,6 +6,7 @@ The run's execution (loading the trainer, which imports torch) lives in workers/
 calls these services for every write it makes, so the web process never imports torch.
 """
 
+from webapp.experiments.services.chart_pins import CHART_PINS_MAX, chart_pins_set
 from webapp.experiments.services.external import (
     BATCH_ID_MAX_LENGTH,
     EXTERNAL_ROWS_MAX,
@@ -84,6 +85,8 @@ from webapp.experiments.services.runs import (
 )
 
 __all__ = [
+    "CHART_PINS_MAX",
+    "chart_pins_set",
     "Architecture",
     "FIELD_ARCHITECTURES",
     "ResolvedModel",
