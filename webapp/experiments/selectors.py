@@ -159,9 +159,18 @@ def resume_plan(*, run: Run, checkpoint: ModelRef) -> ResumePlan:
     return ResumePlan(checkpoint, later, used_by)
 
 
-def runs_list(*, user: AbstractBaseUser, status: str = "", kind: str = "", query: str = "") -> QuerySet[Run]:
-    """The runs `user` sees (runs_visible_to), narrowed by the filters."""
+ARCHIVED_CHOICES = (("", "not archived"), ("only", "archived"), ("all", "all"))
+
+
+def runs_list(*, user: AbstractBaseUser, status: str = "", kind: str = "", query: str = "",
+              archived: str = "") -> QuerySet[Run]:
+    """The runs `user` sees (runs_visible_to), narrowed by the filters; archived runs only when asked for
+    (archived: "only" or "all")."""
     runs = runs_visible_to(user).select_related("created_by")
+    if archived == "only":
+        runs = runs.filter(archived_at__isnull=False)
+    elif archived != "all":
+        runs = runs.filter(archived_at__isnull=True)
     if status:
         runs = runs.filter(status=status)
     if kind:
