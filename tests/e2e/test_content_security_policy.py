@@ -11,7 +11,7 @@ from django.utils import timezone
 from tests.e2e.annotating import wait_ranked
 from tests.e2e.conftest import assert_no_problem, log_in
 from tests.webapp.annotation.factories import make_project
-from webapp.annotation.models import Ranking
+from webapp.annotation.models import Project, Ranking
 from webapp.experiments import services
 from webapp.experiments.models import Run, Sample
 
@@ -106,20 +106,62 @@ def test_the_researchers_pages_and_the_admin_work_under_the_policy(watched_page,
 
 
 def test_the_annotator_ranks_with_the_keyboard_under_the_policy(watched_page, live_server, annotator):
+    """Every key of the annotation page (tests/e2e/test_annotation_keyboard_ranking.py and the keys dialog), each item
+    ranked by keyboard alone: a rank, moves, a tie, undo, the word diff, collapse, the layout, the dialogs, submit,
+    back. Markdown with code in the responses, as real answers have."""
     page = watched_page
-    project = make_project(items=2, responses=3, members=[annotator])
+    project = make_project(members=[annotator], texts=[
+        ["**bold** and `code`\n\n```python\nprint('hi')\n```", "plain answer here", "a table\n\n| a | b |\n|---|---|\n| 1 | 2 |"],
+        ["one two three", "one three four", "> quoted"],
+        ["x", "y", "z"],
+    ])
     log_in(page, live_server, "abel", "abel-password-1")
     page.goto(f"{live_server.url}/annotate/")
     assert_no_problem(page)
     page.goto(f"{live_server.url}/annotate/{project.pk}/")
     page.wait_for_selector(".response:focus")
-    for key in ("1", "3", "2", "Enter"):
+    page.keyboard.press("Enter")  # refused: nothing ranked yet, the error box shows why
+    assert "Rank every response first" in page.inner_text("#item-error")
+    for key in ("1", "u", "1", "3", "2", "Shift+ArrowUp", "Shift+ArrowDown", "j", "k", "d", "j", "d", "c", "c",
+                "l", "l", "g", "Escape", "?", "Escape", "Enter"):
         page.keyboard.press(key)
     wait_ranked(page, 1)
-    page.keyboard.press("?")
-    assert page.locator("#keys-dialog").is_visible()
-    page.keyboard.press("Escape")
+    page.wait_for_selector(".response:focus")
+    for key in ("1", "1", "2", "Enter"):  # a tie
+        page.keyboard.press(key)
+    wait_ranked(page, 2)
     page.keyboard.press("Backspace")  # back to the ranked item, shown filled in
     page.wait_for_selector(".response:focus")
-    assert Ranking.objects.filter(annotator=annotator).count() in (0, 1)
+    page.keyboard.press("Enter")
+    wait_ranked(page, 2)
+    page.wait_for_selector(".response:focus")
+    assert Ranking.objects.filter(annotator=annotator, skipped=False).count() == 2
+    assert_no_problem(page)
+
+    pairwise = make_project(name="Pairs", mode=Project.Mode.PAIRWISE, responses=2, members=[annotator])
+    page.goto(f"{live_server.url}/annotate/{pairwise.pk}/")
+    page.wait_for_selector(".response:focus")
+    for done, key in enumerate(("a", "t"), start=1):
+        page.wait_for_selector(".response:focus")
+        page.keyboard.press(key)
+        wait_ranked(page, done)
+    assert_no_problem(page)
+
+
+def test_the_api_docs_and_the_pages_not_visited_above_work_under_the_policy(watched_page, live_server, researcher,
+                                                                           annotator):
+    """The API's docs page (django-ninja's Swagger UI at /api/v1/docs, with an operation opened: its icons), the
+    tokens page, a project's data and rounds fragments."""
+    page = watched_page
+    project = make_project(items=2, members=[annotator], owner=researcher)
+    log_in(page, live_server, "rita", "rita-password-1")
+    for path in ("/accounts/tokens/", f"/projects/{project.pk}/data/", f"/projects/{project.pk}/rounds/"):
+        page.goto(f"{live_server.url}{path}")
+        assert_no_problem(page)
+
+    page.goto(f"{live_server.url}/api/v1/docs")
+    page.wait_for_selector(".opblock-summary")  # Swagger UI drew the operations from the schema
+    page.locator(".opblock-summary").first.click()
+    page.wait_for_selector(".opblock-body")
+    page.wait_for_load_state("networkidle")
     assert_no_problem(page)

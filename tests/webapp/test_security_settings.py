@@ -132,7 +132,7 @@ def test_every_response_carries_the_content_security_policy(client, url):
 def test_the_policy_allows_nothing_from_elsewhere_and_no_inline_code():
     directives = dict(directive.split(" ", 1) for directive in django_settings.CONTENT_SECURITY_POLICY.split("; "))
     assert directives == {
-        "default-src": "'self'", "script-src": "'self'", "style-src": "'self'", "img-src": "'self' blob:",
+        "default-src": "'self'", "script-src": "'self'", "style-src": "'self'", "img-src": "'self' blob: data:",
         "object-src": "'none'", "base-uri": "'self'", "form-action": "'self'", "frame-ancestors": "'none'",
     }
 

@@ -30,6 +30,8 @@ class Project(models.Model):
                               related_name="owned_projects")
     members = models.ManyToManyField(settings.AUTH_USER_MODEL, related_name="annotation_projects", blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # hidden from the project list (and the API's) unless asked for; unarchiving clears it
+    archived_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at"]

@@ -5,8 +5,10 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +17,7 @@ from django.apps import apps
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import connection
-from django.db.models import Q, QuerySet
+from django.db.models import OuterRef, Q, QuerySet, Subquery
 from django.utils import timezone
 
 from trainer.config import Preset
@@ -157,14 +159,22 @@ def resume_plan(*, run: Run, checkpoint: ModelRef) -> ResumePlan:
     return ResumePlan(checkpoint, later, used_by)
 
 
+ARCHIVED_CHOICES = (("", "not archived"), ("only", "archived"), ("all", "all"))
+
+
 def runs_list(*, user: AbstractBaseUser, status: str = "", kind: str = "", query: str = "", tag: str = "",
-              group: str = "") -> QuerySet[Run]:
-    """The runs `user` sees (runs_visible_to), narrowed by the filters (`tag`: one of the run's tags)."""
+              group: str = "", archived: str = "") -> QuerySet[Run]:
+    """The runs `user` sees (runs_visible_to), narrowed by the filters (`tag`: one of the run's tags); archived
+    runs only when asked for (archived: "only" or "all")."""
     runs = runs_visible_to(user).select_related("created_by")
     if tag:
         runs = runs.filter(tags__contains=[tag])
     if group:
         runs = runs.filter(group=group)
+    if archived == "only":
+        runs = runs.filter(archived_at__isnull=False)
+    elif archived != "all":
+        runs = runs.filter(archived_at__isnull=True)
     if status:
         runs = runs.filter(status=status)
     if kind:
@@ -181,6 +191,34 @@ class RunSummary:
     eta_s: float | None
     key_metric: str
     key_value: str
+    # every step is logged but the run is still running: it saves its final checkpoint and samples
+    finishing: bool = False
+    # how long a finished run took, or how long a running one has run so far
+    duration_s: float | None = None
+
+    @property
+    def eta_text(self) -> str:
+        return duration_text(self.eta_s) if self.eta_s is not None else ""
+
+    @property
+    def duration_text(self) -> str:
+        return duration_text(self.duration_s) if self.duration_s is not None else ""
+
+
+def duration_text(seconds: float) -> str:
+    """'42 s', '3 min 5 s', '2 h 07 min'."""
+    whole = round(seconds)
+    if whole < 60:
+        return f"{whole} s"
+    minutes, second = divmod(whole, 60)
+    if minutes < 60:
+        return f"{minutes} min {second} s"
+    hours, minute = divmod(minutes, 60)
+    return f"{hours} h {minute:02d} min"
+
+
+# How many of a kind's latest succeeded runs its tail (last step to finished) is measured from.
+TAIL_SAMPLE_RUNS = 5
 
 
 def _format_value(value: Any) -> str:
@@ -189,22 +227,59 @@ def _format_value(value: Any) -> str:
     return str(value)
 
 
+def kind_tail_seconds(kind: str) -> float | None:
+    """What the end of a run of `kind` takes after its last step (the final checkpoint, the final samples): the
+    median, over the kind's latest succeeded runs, of the time from its last metric row to its end. None when no
+    such run is known."""
+    last_wall_time = MetricRow.objects.filter(run=OuterRef("pk")).order_by("-step").values("wall_time")[:1]
+    finished = (Run.objects.filter(kind=kind, status=Run.Status.SUCCEEDED, finished_at__isnull=False)
+                .annotate(last_wall_time=Subquery(last_wall_time)).exclude(last_wall_time=None)
+                .order_by("-finished_at").values_list("finished_at", "last_wall_time")[:TAIL_SAMPLE_RUNS])
+    tails = [max(0.0, finished_at.timestamp() - wall_time) for finished_at, wall_time in finished]
+    return statistics.median(tails) if tails else None
+
+
+def run_duration_seconds(run: Run, *, now: datetime) -> float | None:
+    """Started to finished, or to now while it runs; None for a run that never started."""
+    if run.started_at is None:
+        return None
+    end = run.finished_at or (now if run.status == Run.Status.RUNNING else None)
+    return max(0.0, (end - run.started_at).total_seconds()) if end else None
+
+
+def run_eta_seconds(run: Run, *, now: datetime, last_wall_time: float | None, tail_s: float | None) -> float | None:
+    """Seconds left of a running run: its remaining steps at the mean step time so far, plus the kind's measured
+    tail (tail_s: the final checkpoint and samples). Once every step is logged, what is left of that tail since
+    the last step (0 once overdue); None when nothing can be said."""
+    if run.status != Run.Status.RUNNING or not run.started_at or not run.total_steps or not run.current_step:
+        return None
+    tail = tail_s or 0.0
+    if run.current_step >= run.total_steps:
+        if tail_s is None or last_wall_time is None:
+            return None
+        return max(0.0, tail - (now.timestamp() - last_wall_time))
+    elapsed = (now - run.started_at).total_seconds()
+    return elapsed / run.current_step * (run.total_steps - run.current_step) + tail
+
+
 def run_summaries(runs: Iterable[Run]) -> list[RunSummary]:
-    """Progress (0..1), ETA in seconds (from the mean step time so far) and the key metric of each run."""
+    """Progress (0..1), ETA in seconds (the remaining steps at the mean step time so far, plus the kind's measured
+    tail: kind_tail_seconds), start and duration, and the key metric of each run."""
     runs = list(runs)
     last_rows = {
         row.run_id: row
         for row in MetricRow.objects.filter(run__in=runs).order_by("run_id", "-step").distinct("run_id")
     } if _distinct_on_supported() else _last_rows_portable(runs)
+    tails = {kind: kind_tail_seconds(kind) for kind in {run.kind for run in runs if run.status == Run.Status.RUNNING}}
+    now = timezone.now()
     summaries = []
     for run in runs:
         progress = run.current_step / run.total_steps if run.total_steps else None
-        eta = None
-        if run.status == Run.Status.RUNNING and run.started_at and run.total_steps and run.current_step:
-            elapsed = (timezone.now() - run.started_at).total_seconds()
-            eta = elapsed / run.current_step * (run.total_steps - run.current_step)
-        name, value = "", ""
         row = last_rows.get(run.pk)
+        eta = run_eta_seconds(run, now=now, last_wall_time=row.wall_time if row else None, tail_s=tails.get(run.kind))
+        finishing = bool(run.status == Run.Status.RUNNING and run.total_steps
+                         and run.current_step >= run.total_steps)
+        name, value = "", ""
         if row is not None:
             metrics = decode_json_value(row.metrics)
             kind = KINDS.get(run.kind)
@@ -212,7 +287,8 @@ def run_summaries(runs: Iterable[Run]) -> list[RunSummary]:
                 if candidate in metrics:
                     name, value = candidate, _format_value(metrics[candidate])
                     break
-        summaries.append(RunSummary(run, progress, eta, name, value))
+        summaries.append(RunSummary(run, progress, eta, name, value, finishing=finishing,
+                                    duration_s=run_duration_seconds(run, now=now)))
     return summaries
 
 
