@@ -212,7 +212,7 @@ def duration_text(seconds: float) -> str:
         return f"{whole} s"
     minutes, second = divmod(whole, 60)
     if minutes < 60:
-        return f"{minutes} min {second} s"
+        return f"{minutes} min" + (f" {second} s" if second else "")
     hours, minute = divmod(minutes, 60)
     return f"{hours} h {minute:02d} min"
 
@@ -414,17 +414,6 @@ class RunSilence:
     @property
     def silent_text(self) -> str:
         return duration_text(self.silent_s or 0)
-
-
-def duration_text(seconds: int) -> str:
-    """e.g. 45 → "45 s", 125 → "2 min 5 s", 7260 → "2 h 1 min"."""
-    if seconds < 60:
-        return f"{seconds} s"
-    if seconds < 3600:
-        minutes, rest = divmod(seconds, 60)
-        return f"{minutes} min" + (f" {rest} s" if rest else "")
-    hours, rest = divmod(seconds, 3600)
-    return f"{hours} h" + (f" {rest // 60} min" if rest // 60 else "")
 
 
 def run_silence(run: Run, now: Any = None) -> RunSilence:

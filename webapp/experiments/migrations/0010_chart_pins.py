@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('experiments', '0007_run_data_snapshot'),
+        ('experiments', '0009_run_summary_tags_group'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('experiments', '0007_run_data_snapshot'),
+        ('experiments', '0010_chart_pins'),
     ]
 
     operations = [
