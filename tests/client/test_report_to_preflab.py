@@ -140,3 +140,24 @@ def test_a_trl_grpo_trainer_with_report_to_preflab(preflab_env, tiny_model_dir, 
     assert list(stored) == [1, 2]
     assert {"loss", "reward/mean", "reward/exact_answer", "kl"} <= set(stored[1])
     assert Sample.objects.filter(run=run).values("step").distinct().count() == 2
+
+
+def test_a_second_train_ends_the_first_run_as_succeeded_and_starts_another(preflab_env, tiny_model_dir, tmp_path):
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    args = TrainingArguments(output_dir=str(tmp_path / "hf"), run_name="twice", max_steps=2,
+                             per_device_train_batch_size=4, **COMMON)
+    trainer = Trainer(model=AutoModelForCausalLM.from_pretrained(tiny_model_dir), args=args,
+                      train_dataset=Dataset.from_list(lm_rows(tokenizer, 8)))
+    callback = preflab_callback(trainer)
+    trainer.train()
+    first = callback.run.id
+    trainer.train()
+    second = callback.run.id
+    callback.finish()
+
+    assert first != second
+    assert [Run.objects.get(pk=pk).status for pk in (first, second)] == [Run.Status.SUCCEEDED] * 2
+    assert list(stored_metrics(first)) == list(stored_metrics(second)) == [1, 2]
