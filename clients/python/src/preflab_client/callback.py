@@ -33,7 +33,7 @@ from __future__ import annotations
 import atexit
 import inspect
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -68,9 +68,13 @@ class PreflabCallback(TrainerCallback):
         samples: bool = True,
         client: Client | None = None,
         finish_timeout: float = FINISH_TIMEOUT,
+        tags: Sequence[str] = (),
+        group: str | None = None,
+        system_metrics: bool | float = False,
     ) -> None:
         """url / token default to PREFLAB_URL / PREFLAB_TOKEN. `config` adds fields to the run's config;
-        `samples=False` leaves TRL's completions out."""
+        `samples=False` leaves TRL's completions out; `tags`, `group` and `system_metrics` as in
+        Client.init_run."""
         self._owns_client = client is None
         self.client = client if client is not None else Client(url, token)
         self.name = name
@@ -78,6 +82,9 @@ class PreflabCallback(TrainerCallback):
         self.extra_config = dict(config or {})
         self.samples = samples
         self.finish_timeout = finish_timeout
+        self.tags = list(tags)
+        self.group = group
+        self.system_metrics = system_metrics
         self.run: ExternalRun | None = None
         self.trainer: Any = None
         self._stopped_from_preflab = False
@@ -103,7 +110,8 @@ class PreflabCallback(TrainerCallback):
         name = self.name or args.run_name or Path(args.output_dir or "").name or "transformers run"
         try:
             self.run = self.client.init_run(name, config=config, project_id=self.project_id,
-                                            total_steps=state.max_steps or None)
+                                            total_steps=state.max_steps or None, tags=self.tags, group=self.group,
+                                            system_metrics=self.system_metrics)
         except Exception as error:  # reporting must not stop the training
             logger.error("preflab: could not start a run on %s (%s); training goes on without reporting to it",
                          self.client.url, error)
