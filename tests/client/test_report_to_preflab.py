@@ -140,3 +140,63 @@ def test_a_trl_grpo_trainer_with_report_to_preflab(preflab_env, tiny_model_dir, 
     assert list(stored) == [1, 2]
     assert {"loss", "reward/mean", "reward/exact_answer", "kl"} <= set(stored[1])
     assert Sample.objects.filter(run=run).values("step").distinct().count() == 2
+
+
+def test_a_second_train_ends_the_first_run_as_succeeded_and_starts_another(preflab_env, tiny_model_dir, tmp_path):
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    args = TrainingArguments(output_dir=str(tmp_path / "hf"), run_name="twice", max_steps=2,
+                             per_device_train_batch_size=4, **COMMON)
+    trainer = Trainer(model=AutoModelForCausalLM.from_pretrained(tiny_model_dir), args=args,
+                      train_dataset=Dataset.from_list(lm_rows(tokenizer, 8)))
+    callback = preflab_callback(trainer)
+    trainer.train()
+    first = callback.run.id
+    trainer.train()
+    second = callback.run.id
+    callback.finish()
+
+    assert first != second
+    assert [Run.objects.get(pk=pk).status for pk in (first, second)] == [Run.Status.SUCCEEDED] * 2
+    assert list(stored_metrics(first)) == list(stored_metrics(second)) == [1, 2]
+
+
+CALLBACK_THEN_EXIT = """
+import sys
+from preflab_client import PreflabCallback
+from transformers import TrainerControl, TrainerState, TrainingArguments
+
+callback = PreflabCallback(name="ends at exit")
+args, state, control = TrainingArguments("out", report_to="none"), TrainerState(max_steps=2), TrainerControl()
+callback.on_train_begin(args, state, control)
+for step in (1, 2):
+    state.global_step = step
+    callback.on_log(args, state, control, logs={"loss": 1.0 / step})
+callback.on_train_end(args, state, control)
+callback.on_log(args, state, control, logs={"eval_loss": 0.25})  # what trainer.evaluate() logs
+if sys.argv[1] == "raise":
+    raise RuntimeError("the final table broke")
+"""
+
+
+@pytest.mark.parametrize("ending", ["exit", "raise"])
+def test_the_run_left_open_after_train_ends_with_the_program(preflab_env, tmp_path, ending):
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO_ROOT
+
+    (tmp_path / "script.py").write_text(CALLBACK_THEN_EXIT)
+    completed = subprocess.run([sys.executable, "script.py", ending], cwd=tmp_path, capture_output=True, text=True,
+                               timeout=120, env={**os.environ, "PYTHONPATH": str(REPO_ROOT / "clients/python/src")})
+    assert completed.returncode == (0 if ending == "exit" else 1), completed.stderr[-3000:]
+    run = Run.objects.get(name="ends at exit")
+    assert stored_metrics(run.pk) == {1: {"loss": 1.0}, 2: {"loss": 0.5, "eval/loss": 0.25}}
+    assert (run.summary["eval/loss"], run.summary["training/ended_at_step"]) == (0.25, 2)
+    if ending == "exit":
+        assert (run.status, run.error) == (Run.Status.SUCCEEDED, "")
+    else:
+        assert run.status == Run.Status.FAILED
+        assert run.error == "the program ended on RuntimeError: the final table broke (after training ended)"

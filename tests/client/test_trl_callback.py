@@ -47,7 +47,7 @@ def test_a_trl_grpo_run_logs_to_preflab_through_the_callback(live_server, api_to
         logging_steps=1, gradient_checkpointing=False, use_cpu=True, bf16=False, report_to="none",
         save_strategy="no", disable_tqdm=True, seed=0,
     )
-    callback = PreflabCallback(live_server.url, api_token, name="trl grpo")
+    callback = PreflabCallback(live_server.url, api_token, name="trl grpo", tags=["grpo", "tiny"], group="callbacks")
     trainer = GRPOTrainer(model=str(tiny_model_dir), args=args, train_dataset=Dataset.from_list(rows),
                           processing_class=AutoTokenizer.from_pretrained(tiny_model_dir), reward_funcs=exact_answer,
                           callbacks=[callback])
@@ -58,6 +58,7 @@ def test_a_trl_grpo_run_logs_to_preflab_through_the_callback(live_server, api_to
     run = Run.objects.get(pk=callback.run.id)
     assert (run.status, run.kind, run.name, run.total_steps) == (Run.Status.SUCCEEDED, "external", "trl grpo", STEPS)
     assert run.config["model"] == str(tiny_model_dir) and run.config["trainer"] == "GRPOTrainer"
+    assert (run.tags, run.group) == (["grpo", "tiny"], "callbacks")
     assert run.config["learning_rate"] == 1e-4 and run.config["num_generations"] == GROUP
 
     # every value TRL logged (its own log_history), at its step, under Preflab's name; a null is no value; the

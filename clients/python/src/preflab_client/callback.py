@@ -15,8 +15,8 @@
 - Cancel on the run's page stops training at the end of the current step (control.should_training_stop);
 - on_train_end: the run stays open, as a W&B run does, so that what comes after train() (trainer.evaluate(),
   a final table) lands in it; the training's end is in its summary (training/ended_at_step). The run succeeds
-  when the program ends, at the next train(), or at `callback.finish()`; a run stopped from Preflab is
-  canceled at once.
+  when the program ends (fails, if it ends on an uncaught exception), at the next train(), or at
+  `callback.finish()`; a run stopped from Preflab is canceled at once.
 
 `report_to="preflab"` (TrainingArguments): importing preflab_client registers "preflab" with transformers
 (preflab_client.integration); the callback is then made with no arguments, from PREFLAB_URL / PREFLAB_TOKEN.
@@ -33,7 +33,8 @@ from __future__ import annotations
 import atexit
 import inspect
 import logging
-from collections.abc import Mapping
+import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -49,9 +50,9 @@ from preflab_client.runs import FINISH_TIMEOUT, ExternalRun
 
 logger = logging.getLogger("preflab_client")
 
-# What Trainer logs once, at the end of train() (transformers' speed_metrics, total_flos, train_loss): a summary
 # how long the program's end waits to finish the run (and send its last rows)
 EXIT_FINISH_TIMEOUT = 5.0
+# What Trainer logs once, at the end of train() (transformers' speed_metrics, total_flos, train_loss): a summary
 END_OF_TRAINING_FIGURES = ("train_runtime", "train_samples_per_second", "train_steps_per_second", "total_flos",
                            "train_loss")
 
@@ -68,9 +69,13 @@ class PreflabCallback(TrainerCallback):
         samples: bool = True,
         client: Client | None = None,
         finish_timeout: float = FINISH_TIMEOUT,
+        tags: Sequence[str] = (),
+        group: str | None = None,
+        system_metrics: bool | float = False,
     ) -> None:
         """url / token default to PREFLAB_URL / PREFLAB_TOKEN. `config` adds fields to the run's config;
-        `samples=False` leaves TRL's completions out."""
+        `samples=False` leaves TRL's completions out; `tags`, `group` and `system_metrics` as in
+        Client.init_run."""
         self._owns_client = client is None
         self.client = client if client is not None else Client(url, token)
         self.name = name
@@ -78,6 +83,9 @@ class PreflabCallback(TrainerCallback):
         self.extra_config = dict(config or {})
         self.samples = samples
         self.finish_timeout = finish_timeout
+        self.tags = list(tags)
+        self.group = group
+        self.system_metrics = system_metrics
         self.run: ExternalRun | None = None
         self.trainer: Any = None
         self._stopped_from_preflab = False
@@ -103,7 +111,8 @@ class PreflabCallback(TrainerCallback):
         name = self.name or args.run_name or Path(args.output_dir or "").name or "transformers run"
         try:
             self.run = self.client.init_run(name, config=config, project_id=self.project_id,
-                                            total_steps=state.max_steps or None)
+                                            total_steps=state.max_steps or None, tags=self.tags, group=self.group,
+                                            system_metrics=self.system_metrics)
         except Exception as error:  # reporting must not stop the training
             logger.error("preflab: could not start a run on %s (%s); training goes on without reporting to it",
                          self.client.url, error)
@@ -198,7 +207,11 @@ class PreflabCallback(TrainerCallback):
     def _at_exit(self) -> None:
         if self.run is None or self.run.finished:
             return
-        if self._training_ended:
+        crash = getattr(sys, "last_value", None)  # set by Python when the program ends on an uncaught exception
+        if self._training_ended and crash is not None:
+            self._end_run("failed", f"the program ended on {type(crash).__name__}: {crash} (after training ended)",
+                          timeout=EXIT_FINISH_TIMEOUT)
+        elif self._training_ended:
             self._end_run("succeeded", timeout=EXIT_FINISH_TIMEOUT)
         else:
             self._end_run("failed", "the training program ended before training finished (an exception outside "
