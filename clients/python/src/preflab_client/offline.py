@@ -203,10 +203,11 @@ def sync_offline(client: Any, directory: str | Path) -> Synced:
                 raise ServerUnreachable(f"{error}; run `preflab sync {directory}` again to go on",
                                         method="POST", path=f"runs/{result.run_id}") from None
             except Refused as refusal:
-                record = {"status": refusal.status, "detail": refusal.detail, "entry": entry}
-                _write_synced(rejected, json.dumps(record, allow_nan=False) + "\n")
-                logger.warning("preflab: the server refused a %s request of offline run %s (%s); it is kept in %s",
-                               entry["kind"], directory, refusal, rejected)
+                for part, reason in refusal.parts(entry):
+                    record = {"status": reason.status, "detail": reason.detail, "entry": part}
+                    _write_synced(rejected, json.dumps(record, allow_nan=False) + "\n")
+                    logger.warning("preflab: the server refused a %s request of offline run %s (%s); it is kept in "
+                                   "%s", part["kind"], directory, reason, rejected)
                 continue
             rows, samples = entry_counts(entry)
             result.rows += rows

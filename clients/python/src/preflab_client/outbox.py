@@ -75,6 +75,22 @@ class Refused(Exception):
         self.detail = detail
         super().__init__(f"{status}: {detail}")
 
+    def parts(self, entry: dict) -> list[tuple[dict, Refused]]:
+        """What of `entry` was refused, and why: all of it."""
+        return [(entry, self)]
+
+
+class PartlyRefused(Refused):
+    """Pieces of an entry were refused (to be kept aside, each with its reason); the others were stored."""
+
+    def __init__(self, refused: list[tuple[dict, Refused]]) -> None:
+        self.refused = refused
+        first = refused[0][1]
+        super().__init__(first.status, f"{len(refused)} piece(s) refused, the first: {first.detail}")
+
+    def parts(self, entry: dict) -> list[tuple[dict, Refused]]:
+        return self.refused
+
 
 RETRYABLE_STATUSES = (408, 425, 429)
 ENTRY_PATHS = {"log": "log", "samples": "samples", "finish": "finish", "update": "update"}
@@ -128,16 +144,29 @@ class EntrySender:
 
     def send(self, entry: dict) -> Any:
         """Send one entry as requests within REQUEST_*_MAX (an entry journaled by an older client may hold many
-        more rows); a piece the server refuses for its size is halved and sent again. The pieces go in order;
-        when one fails the entry is sent again whole later, which the server's idempotence makes harmless. The
-        answer of a log or samples entry adds up its pieces' `written`."""
+        more rows); a piece the server refuses for its size is halved and sent again, and so is one it refuses
+        for its content (a 422), down to the rows or samples at fault, so that only they are refused
+        (PartlyRefused names them) and the others are stored. The pieces go in order; when the server stops
+        answering the entry is sent again whole later, which the server's idempotence makes harmless. The answer
+        of a log or samples entry adds up its pieces' `written`."""
+        if entry["kind"] not in ENTRY_ITEMS:
+            return self._send_within_size(entry)
+        return self._send_pieces(entry_pieces(entry))
+
+    def _send_pieces(self, pieces: list[dict]) -> dict:
         written = 0
-        answer: Any = None
-        for piece in entry_pieces(entry):
-            answer = self._send_within_size(piece)
+        refused: list[tuple[dict, Refused]] = []
+        for piece in pieces:
+            try:
+                answer = self._send_within_size(piece)
+            except Refused as refusal:
+                refused += refusal.parts(piece)
+                continue
             if isinstance(answer, dict) and isinstance(answer.get("written"), int):
                 written += answer["written"]
-        return {"written": written} if entry["kind"] in ENTRY_ITEMS else answer
+        if refused:
+            raise PartlyRefused(refused)
+        return {"written": written}
 
     def _send_within_size(self, entry: dict) -> Any:
         field = ENTRY_ITEMS.get(entry["kind"])
@@ -148,16 +177,12 @@ class EntrySender:
         try:
             return self.call("POST", ENTRY_PATHS[entry["kind"]], data=data)
         except Refused as refusal:
-            if count > 1 and size_refusal(refusal):
+            if count > 1 and (size_refusal(refusal) or refusal.status == 422):
                 return self._send_halves(entry, count)
             raise
 
     def _send_halves(self, entry: dict, count: int) -> Any:
-        written = 0
-        for piece in entry_pieces(entry, max_items=(count + 1) // 2):
-            answer = self._send_within_size(piece)
-            written += answer.get("written", 0) if isinstance(answer, dict) else 0
-        return {"written": written}
+        return self._send_pieces(entry_pieces(entry, max_items=(count + 1) // 2))
 
     def call(self, method: str, path: str, body: Any = None, *, data: bytes | None = None) -> Any:
         url = f"{self.base}/{path}" if path else self.base
@@ -323,9 +348,10 @@ def drain(outbox: RunOutbox, sender: EntrySender, *, on_refused=None, budget_s: 
                 result.unreachable = True
                 break
             except Refused as refusal:
-                outbox.reject(entry, refusal)
-                if on_refused is not None:
-                    on_refused(entry, refusal)
+                for part, reason in refusal.parts(entry):
+                    outbox.reject(part, reason)
+                    if on_refused is not None:
+                        on_refused(part, reason)
             else:
                 rows, samples = entry_counts(entry)
                 result.rows += rows

@@ -349,7 +349,8 @@ class ExternalRun:
                 self._go_offline(error)
                 continue  # the next turn journals this entry and everything after it
             except Refused as refusal:
-                self._refused(entry, refusal)
+                for part, reason in refusal.parts(entry):
+                    self._refused(part, reason)
             else:
                 if entry["kind"] == "finish":
                     self._finish_answer = answer
