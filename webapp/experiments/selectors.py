@@ -361,6 +361,10 @@ def chart_pins(*, user: AbstractBaseUser, kind: str) -> list[str]:
     return list(pins or [])
 
 
+def chart_pins_by_kind(*, user: AbstractBaseUser) -> dict[str, list[str]]:
+    return dict(ChartPins.objects.filter(user=user).order_by("kind").values_list("kind", "metrics"))
+
+
 def run_model_text(run: Run) -> str:
     """The model a run trains: its registered name where the config's `model` is a known path, else the config's
     value as written (an external run's callback sets `model` to the name or path it loaded)."""
