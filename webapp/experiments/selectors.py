@@ -7,6 +7,7 @@ import math
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -326,7 +327,7 @@ STALE_HINT_AFTER_S = 30
 class RunSilence:
     """When the run's last row or heartbeat arrived, and whether a running run has been silent too long."""
 
-    last_data_at: Any  # datetime | None
+    last_data_at: datetime | None
     silent_s: int | None
     stale: bool
 
@@ -346,7 +347,7 @@ def duration_text(seconds: int) -> str:
     return f"{hours} h" + (f" {rest // 60} min" if rest // 60 else "")
 
 
-def run_silence(run: Run, now: Any = None) -> RunSilence:
+def run_silence(run: Run, now: datetime | None = None) -> RunSilence:
     """Every row written moves heartbeat_at (metric_rows_write), as does every heartbeat: it is the last sign."""
     if run.heartbeat_at is None:
         return RunSilence(last_data_at=None, silent_s=None, stale=False)
@@ -403,8 +404,7 @@ def metric_series(
 
     `smoothing` (an EMA weight) adds to each series `smoothed_x` and `smoothed`: the EMA of the metric's whole
     series at up to max_points evenly spaced rows, so the smoothed curve is that of every row, not of the
-    downsampled ones. A zoomed
-    range is smoothed from the run's first row too. Short series and learning rates are never smoothed
+    downsampled ones. A zoomed range is smoothed from the run's first row too. Short series and learning rates are never smoothed
     (`smoothing_applies`); `after_step` answers carry no `smoothed` (a live page asks for the whole series).
     """
     if not 0 <= smoothing < 1:
