@@ -3,8 +3,8 @@
 // and smooths: the smoothed trace is the EMA of every row, at evenly spaced rows (selectors.metric_series).
 // A live run is polled for rows after its last step; when some came, its whole series is fetched again at the
 // same resolution (no more often than every 4 times that fetch took), so an open page never holds more points
-// a trace than a reload would. Each run has three
-// traces per chart: raw (faint), EMA-smoothed, and ✕ markers for NaN/Inf.
+// a trace than a reload would. Each run has three traces per chart: raw (faint), EMA-smoothed, and ✕ markers
+// for NaN/Inf.
 // A full load draws each chart once, one per animation frame, so the page stays responsive while 20 charts
 // of several runs are drawn. Traces stay SVG: scattergl needs a WebGL context per chart and browsers keep
 // only about 16 alive, so a 20-chart page would lose some.
@@ -49,7 +49,7 @@
     x: xControl ? xControl.value : "step",
     smoothing: smoothingControl ? Number(smoothingControl.value) : 0.6,
     charts: new Map(), // metric -> div
-    data: new Map(), // metric -> per run {x, y, badX, bad}
+    data: new Map(), // metric -> per run {x, y, smoothedX, smoothed, badX, bad}
     seenStep: runs.map(() => 0), // of the newest row a poll has seen
     pending: runs.map(() => false), // rows came that the charts do not show yet
     nextReload: runs.map(() => 0), // performance.now() before which a live run's series is not fetched again

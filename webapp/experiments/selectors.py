@@ -407,7 +407,7 @@ STALE_HINT_AFTER_S = 30
 class RunSilence:
     """When the run's last row or heartbeat arrived, and whether a running run has been silent too long."""
 
-    last_data_at: Any  # datetime | None
+    last_data_at: datetime | None
     silent_s: int | None
     stale: bool
 
@@ -416,7 +416,7 @@ class RunSilence:
         return duration_text(self.silent_s or 0)
 
 
-def run_silence(run: Run, now: Any = None) -> RunSilence:
+def run_silence(run: Run, now: datetime | None = None) -> RunSilence:
     """Every row written moves heartbeat_at (metric_rows_write), as does every heartbeat: it is the last sign."""
     if run.heartbeat_at is None:
         return RunSilence(last_data_at=None, silent_s=None, stale=False)
@@ -429,6 +429,10 @@ def chart_pins(*, user: AbstractBaseUser, kind: str) -> list[str]:
     """The metric names the user pinned on run pages of this kind (services.chart_pins_set)."""
     pins = ChartPins.objects.filter(user=user, kind=kind).values_list("metrics", flat=True).first()
     return list(pins or [])
+
+
+def chart_pins_by_kind(*, user: AbstractBaseUser) -> dict[str, list[str]]:
+    return dict(ChartPins.objects.filter(user=user).order_by("kind").values_list("kind", "metrics"))
 
 
 def run_model_text(run: Run) -> str:
@@ -469,8 +473,7 @@ def metric_series(
 
     `smoothing` (an EMA weight) adds to each series `smoothed_x` and `smoothed`: the EMA of the metric's whole
     series at up to max_points evenly spaced rows, so the smoothed curve is that of every row, not of the
-    downsampled ones. A zoomed
-    range is smoothed from the run's first row too. Short series and learning rates are never smoothed
+    downsampled ones. A zoomed range is smoothed from the run's first row too. Short series and learning rates are never smoothed
     (`smoothing_applies`); `after_step` answers carry no `smoothed` (a live page asks for the whole series).
     """
     if not 0 <= smoothing < 1:

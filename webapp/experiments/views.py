@@ -13,7 +13,7 @@ from django.db import transaction
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_http_methods, require_POST
 from django_htmx.http import replace_url
 
 from trainer.config import ConfigError
@@ -256,9 +256,12 @@ def run_metrics(request: HttpRequest, run_id: int) -> JsonResponse:
 
 
 @researcher_required
-@require_POST
+@require_http_methods(["GET", "POST"])
 def chart_pins(request: HttpRequest) -> JsonResponse:
-    """The charts pinned on run pages of a kind, replaced by the posted list: {"kind": ..., "metrics": [...]}."""
+    """The user's pinned charts ({"pins": {kind: [metric, ...]}}); a POST {"kind": ..., "metrics": [...]} replaces
+    those of one kind."""
+    if request.method == "GET":
+        return JsonResponse({"pins": selectors.chart_pins_by_kind(user=request.user)})
     try:
         body = json.loads(request.body or b"null")
     except (json.JSONDecodeError, UnicodeDecodeError) as error:

@@ -140,6 +140,7 @@ def test_pins_are_kept_per_user_and_kind_and_shown_to_that_user_only(researcher_
     assert _post_pins(researcher_client, {"kind": "grpo", "metrics": []}).json()["metrics"] == []
     assert selectors.chart_pins(user=researcher, kind="grpo") == []
     assert selectors.chart_pins(user=researcher, kind="dpo") == ["loss"]
+    assert researcher_client.get("/runs/chart-pins").json() == {"pins": {"dpo": ["loss"], "grpo": []}}
 
 
 @pytest.mark.parametrize(("body", "message"), [
