@@ -20,11 +20,14 @@ def log_offline(outbox_dir, monkeypatch, name: str) -> Client:
     """A run logged against a port nothing listens on: any request would fail."""
     monkeypatch.setenv("PREFLAB_MODE", "offline")
     with (Client(f"http://127.0.0.1:{free_port()}", "pfl_" + "x" * 40, outbox_dir=outbox_dir) as nowhere,
-          nowhere.init_run(name, config={"lr": 0.01}, total_steps=2_500) as run):
+          nowhere.init_run(name, config={"lr": 0.01}, total_steps=2_500, tags=["plane"], group="g") as run):
         for step in range(1, 2_501):
             run.log({"loss": 1 / step, "reward/mean": step / 10}, step=step)
         run.log({"eval/loss": 0.5}, step=2_500)
         run.log_samples([{"prompt": "2+2", "completion": "4", "rewards": {"match": 1.0}}], step=2_500)
+        run.summary["final_loss"] = 1 / 2_500
+        run.config.update({"batch": 8})
+        run.tags += ("landed",)
     monkeypatch.delenv("PREFLAB_MODE")
     return run
 
@@ -38,7 +41,8 @@ def test_an_offline_run_is_synced_once_with_every_row(preflab, outbox_dir, monke
     assert (synced.rows, synced.samples, synced.already) == (2_500, 1, False)
     stored = Run.objects.get(pk=synced.run_id)
     assert (stored.name, stored.config, stored.status, stored.total_steps) == (
-        "offline", {"lr": 0.01}, Run.Status.SUCCEEDED, 2_500)
+        "offline", {"lr": 0.01, "batch": 8}, Run.Status.SUCCEEDED, 2_500)
+    assert (stored.summary, stored.tags, stored.group) == ({"final_loss": 1 / 2_500}, ["plane", "landed"], "g")
     rows = stored_metrics(stored.pk)
     assert list(rows) == list(range(1, 2_501))
     assert rows[2_500] == {"loss": 1 / 2_500, "reward/mean": 250.0, "eval/loss": 0.5}

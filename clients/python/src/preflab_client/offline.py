@@ -40,7 +40,7 @@ from preflab_client.outbox import (
     honest_finish,
     outbox_root,
 )
-from preflab_client.values import NotANumber, metric_value, storable_text
+from preflab_client.values import NotANumber, metric_value, plain_json, storable_text
 
 logger = logging.getLogger("preflab_client")
 
@@ -68,6 +68,11 @@ class OfflineRun:
         self._rows: dict[int, dict] = {}
         self._samples: list[dict] = []
         self._finished = False
+        from preflab_client.runs import RunFields
+
+        self.summary = RunFields(self, "summary", {})
+        self.config = RunFields(self, "config", create_body.get("config") or {})
+        self._tags: tuple[str, ...] = tuple(create_body.get("tags") or ())
         atexit.register(self._at_exit)
 
     def __repr__(self) -> str:
@@ -114,6 +119,28 @@ class OfflineRun:
         self._samples.extend(_sample_row(sample, step) for sample in samples)
         if len(self._rows) + len(self._samples) >= FLUSH_ROWS:
             self._flush()
+
+    @property
+    def tags(self) -> tuple[str, ...]:
+        return self._tags
+
+    @tags.setter
+    def tags(self, tags: Iterable[str]) -> None:
+        self._tags = tuple(dict.fromkeys(str(tag).strip() for tag in tags))
+        self.update(tags=list(self._tags))
+
+    def update(self, *, summary: Mapping[str, Any] | None = None, config: Mapping[str, Any] | None = None,
+               tags: Iterable[str] | None = None) -> None:
+        """As ExternalRun.update: written to the journal after the rows logged before it, sent by the sync."""
+        body: dict[str, Any] = {}
+        if summary:
+            body["summary"] = plain_json(dict(summary))
+        if config:
+            body["config"] = plain_json(dict(config))
+        if tags is not None:
+            body["tags"] = [str(tag) for tag in tags]
+        if body and not self._finished:
+            self._flush(then=[{"kind": "update", "body": body}])
 
     def finish(self, status: str | None = None, *, error: str | None = None, timeout: float = 0.0) -> None:
         """Write what is left and the end of the run; `preflab sync` sends it all."""
