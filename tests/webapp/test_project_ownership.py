@@ -145,7 +145,7 @@ def _state(w: World) -> dict:
     """What an outsider's requests must leave as it was."""
     w.project.refresh_from_db()
     return {
-        "project": (w.project.name, w.project.guidelines, w.project.owner_id),
+        "project": (w.project.name, w.project.guidelines, w.project.owner_id, w.project.archived_at),
         "members": sorted(w.project.members.values_list("username", flat=True)),
         "prompts": w.project.prompts.count(),
         "annotator's password": User.objects.get(pk=w.annotator.pk).password,
@@ -153,7 +153,7 @@ def _state(w: World) -> dict:
         "jobs": sorted(SamplingJob.objects.values_list("pk", "status", "cancel_requested")),
         "imports": ImportJob.objects.count(),
         "round scorings": RoundScoring.objects.count(),
-        "runs": sorted(Run.objects.values_list("pk", "status", "cancel_requested", "config")),
+        "runs": sorted(Run.objects.values_list("pk", "status", "cancel_requested", "config", "archived_at")),
         "checkpoints": ModelRef.objects.count(),
         "assignment": Assignment.objects.filter(pk=w.assignment.pk).values_list("status", flat=True).first(),
         "rankings": w.project.prompts.filter(rankings__isnull=False).count(),
@@ -264,6 +264,12 @@ def _api_operations(w: World, *, project: object, run: object, prompt: object, u
         ("POST", f"/api/v1/runs/{run}/samples", {"batch_id": "b1", "samples": [{"step": 2, "prompt": "p", "completion": "c"}]}),
         ("POST", f"/api/v1/runs/{run}/heartbeat", None),
         ("POST", f"/api/v1/runs/{run}/finish", {"status": "succeeded"}),
+        ("POST", f"/api/v1/runs/{run}/archive", {"archived": True}),
+        ("GET", f"/api/v1/runs/{run}/disk", None),
+        ("DELETE", f"/api/v1/runs/{run}/checkpoints/{w.checkpoint.pk}", None),
+        ("DELETE", f"/api/v1/runs/{run}", None),
+        ("POST", f"/api/v1/projects/{project}/archive", {"archived": True}),
+        ("DELETE", f"/api/v1/projects/{project}", None),
     ]
 
 
@@ -278,8 +284,9 @@ def test_every_api_operation_on_a_project_or_a_run_is_listed_here(world):
     schema = api.get_openapi_schema()
     owned = {(method.upper(), path) for path, operations in schema["paths"].items() for method in operations
              if any(f"{{{name}}}" in path for name in ("project_id", "run_id", "prompt_id"))}
-    listed = {(method, path) for method, path, _ in _api_operations(
-        world, project="{project_id}", run="{run_id}", prompt="{prompt_id}", username="{username}")}
+    listed = {(method, path.replace(f"/checkpoints/{world.checkpoint.pk}", "/checkpoints/{checkpoint_id}"))
+              for method, path, _ in _api_operations(
+                  world, project="{project_id}", run="{run_id}", prompt="{prompt_id}", username="{username}")}
     assert not owned - listed, f"API operations on a project or a run that this test does not try: {owned - listed}"
 
 

@@ -80,6 +80,7 @@ class RunsQuery(PageQuery):
     status: Literal[("", *RUN_STATUSES)] = Field("", description="Empty or left out: any.")  # type: ignore[valid-type]
     kind: Literal[("", *RUN_KINDS)] = Field("", description="Empty or left out: any.")  # type: ignore[valid-type]
     q: str = Field("", description="A part of the run's name.")
+    archived: Literal["", "only", "all"] = Field("", description="Empty: runs not archived; only: archived runs; all.")
 
 
 class ResumeIn(BodyIn):
@@ -161,8 +162,10 @@ def refusal(error: ValidationError, *, conflict_fields: tuple[str, ...] = ()) ->
 @router.get("", response=Page[RunOut], summary="List runs")
 @researcher_only
 def runs_list(request: HttpRequest, filters: Query[RunsQuery]) -> dict[str, Any]:
-    """Newest first; `status`, `kind` and `q` (a part of the name) narrow the list."""
-    runs = selectors.runs_list(user=request.auth, status=filters.status, kind=filters.kind, query=filters.q.strip())
+    """Newest first; `status`, `kind` and `q` (a part of the name) narrow the list; archived runs only with
+    `archived`."""
+    runs = selectors.runs_list(user=request.auth, status=filters.status, kind=filters.kind, query=filters.q.strip(),
+                               archived=filters.archived)
     return page_of(runs, paging=filters, item=lambda run: run_out(request, run))
 
 
