@@ -90,7 +90,8 @@ def _pages(w: World) -> dict[str, list[tuple[str, str, dict]]]:
     exports = [("GET", reverse("annotation:project_export", args=[project, kind]), {})
                for kind in ("pairs.jsonl", "pairs.csv", "rankings.jsonl", "dataset.zip")]
     run_pages = {name: [("GET", reverse(f"experiments:{name}", args=[run]), {})]
-                 for name in ("run_detail", "run_status", "run_metrics", "run_samples", "run_data")}
+                 for name in ("run_detail", "run_status", "run_metrics", "run_samples", "run_data", "run_files",
+                              "run_delete_confirm")}
     return {
         **annotation, **run_pages,
         "project_export": exports,
@@ -124,6 +125,11 @@ def _pages(w: World) -> dict[str, list[tuple[str, str, dict]]]:
         "run_resume": [("POST", reverse("experiments:run_resume", args=[run]),
                         {"checkpoint": w.checkpoint.pk, "remove_later": "yes"})],
         "run_launch": [("GET", reverse("experiments:run_launch") + f"?fork={run}", {})],
+        "run_archive": [("POST", reverse("experiments:run_archive", args=[run]), {"archived": "yes"})],
+        "run_delete": [("POST", reverse("experiments:run_delete", args=[run]), {})],
+        "checkpoint_delete_confirm": [
+            ("GET", reverse("experiments:checkpoint_delete_confirm", args=[run, w.checkpoint.pk]), {})],
+        "checkpoint_delete": [("POST", reverse("experiments:checkpoint_delete", args=[run, w.checkpoint.pk]), {})],
     }
 
 

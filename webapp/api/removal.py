@@ -21,14 +21,13 @@ from webapp.api.projects import router as projects_router
 from webapp.api.runs import router as runs_router
 from webapp.api.runs import run_or_404
 from webapp.api.schemas import BodyIn, Detail
+from webapp.experiments.selectors import disk_size_text, run_disk_bytes
 from webapp.experiments.services.removal import (
     Freed,
     RemovalRefused,
     checkpoint_delete,
-    disk_size_text,
     run_archive,
     run_delete,
-    run_disk_bytes,
 )
 
 REFUSALS = {403: Detail, 404: Detail, 409: Detail}

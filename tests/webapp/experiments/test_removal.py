@@ -11,14 +11,12 @@ from webapp.accounts.services import user_create
 from webapp.annotation.models import ImportJob, Project, Prompt, SamplingJob
 from webapp.annotation.services.removal import project_archive, project_delete, project_disk_bytes
 from webapp.experiments.models import MetricRow, ModelRef, Run, Sample
-from webapp.experiments.selectors import runs_list
+from webapp.experiments.selectors import disk_size_text, run_disk_bytes, runs_list
 from webapp.experiments.services.removal import (
     RemovalRefused,
     checkpoint_delete,
-    disk_size_text,
     run_archive,
     run_delete,
-    run_disk_bytes,
 )
 
 pytestmark = pytest.mark.django_db(transaction=True)  # files are removed once the delete has committed
