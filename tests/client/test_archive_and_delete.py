@@ -53,6 +53,9 @@ def test_the_server_s_refusals_come_back_saying_why(preflab, researcher):
 def test_a_project_is_archived_and_deleted_through_the_client(preflab, researcher):
     project = make_project(items=2, owner=researcher)
     assert preflab.archive_project(project.pk)["archived_at"] is not None
+    assert project.pk not in [item["id"] for item in preflab.projects()]
+    assert [item["id"] for item in preflab.projects(archived="only")] == [project.pk]
     assert preflab.archive_project(project.pk, archived=False)["archived_at"] is None
+    assert project.pk in [item["id"] for item in preflab.projects()]
     assert preflab.delete_project(project.pk) == {"freed_bytes": 0, "freed": "0 bytes"}
     assert not Project.objects.filter(pk=project.pk).exists()

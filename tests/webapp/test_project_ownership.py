@@ -86,7 +86,7 @@ def _pages(w: World) -> dict[str, list[tuple[str, str, dict]]]:
     project, run = w.project.pk, w.project_run.pk
     annotation = {name: [("GET", reverse(f"annotation:{name}", args=[project]), {})]
                   for name in ("annotate", "project_detail", "project_progress", "project_rounds", "project_data",
-                               "project_items")}
+                               "project_items", "project_files", "project_delete_confirm")}
     exports = [("GET", reverse("annotation:project_export", args=[project, kind]), {})
                for kind in ("pairs.jsonl", "pairs.csv", "rankings.jsonl", "dataset.zip")]
     run_pages = {name: [("GET", reverse(f"experiments:{name}", args=[run]), {})]
@@ -126,6 +126,8 @@ def _pages(w: World) -> dict[str, list[tuple[str, str, dict]]]:
                         {"checkpoint": w.checkpoint.pk, "remove_later": "yes"})],
         "run_launch": [("GET", reverse("experiments:run_launch") + f"?fork={run}", {})],
         "run_archive": [("POST", reverse("experiments:run_archive", args=[run]), {"archived": "yes"})],
+        "project_archive": [("POST", reverse("annotation:project_archive", args=[project]), {"archived": "yes"})],
+        "project_delete": [("POST", reverse("annotation:project_delete", args=[project]), {})],
         "run_delete": [("POST", reverse("experiments:run_delete", args=[run]), {})],
         "checkpoint_delete_confirm": [
             ("GET", reverse("experiments:checkpoint_delete_confirm", args=[run, w.checkpoint.pk]), {})],

@@ -48,9 +48,10 @@ def projects_visible_to(user: AbstractBaseUser) -> QuerySet[Project]:
     return Project.objects.filter(pk__in=membership)
 
 
-def project_list(user: AbstractBaseUser) -> QuerySet[Project]:
-    """The projects page's rows: the projects `user` reaches, with their open items counted."""
-    return projects_visible_to(user).annotate(
+def project_list(user: AbstractBaseUser, *, archived: bool = False) -> QuerySet[Project]:
+    """The projects page's rows: the projects `user` reaches, not archived (or only the archived ones), with their
+    open items counted."""
+    return projects_visible_to(user).filter(archived_at__isnull=not archived).annotate(
         item_count=Count("prompts", filter=Q(prompts__annotatable=True), distinct=True)
     )
 

@@ -140,8 +140,9 @@ class Client:
 
     # --- projects ------------------------------------------------------------------------------------------
 
-    def projects(self) -> Iterator[dict]:
-        return self.pages("projects")
+    def projects(self, *, archived: str | None = None) -> Iterator[dict]:
+        """archived: None (projects not archived), "only" or "all"."""
+        return self.pages("projects", archived=archived)
 
     def create_project(self, name: str, **fields: Any) -> dict:
         """fields: guidelines, mode (one of the server's annotation modes: ProjectIn.mode in its OpenAPI schema),
