@@ -72,3 +72,26 @@ def test_a_running_run_offers_no_delete_and_an_archived_run_leaves_the_list_unti
     page.select_option("form.filters [name=archived]", "only")
     page.wait_for_selector(f"tr[data-run='{run.pk}']")
     assert_no_problem(page)
+
+
+def test_a_project_is_archived_then_deleted_from_its_page(watched_page, live_server, researcher):
+    from tests.webapp.annotation.factories import make_project
+    from webapp.annotation.models import Project, Prompt
+
+    page = watched_page
+    project = make_project(items=2, owner=researcher, name="Old project")
+    log_in(page, live_server, "rita", "rita-password-1")
+    page.goto(f"{live_server.url}/projects/{project.pk}/")
+    page.click("#project-archive")
+    page.wait_for_selector("#project-archived")
+    page.goto(f"{live_server.url}/projects/")
+    assert page.locator("text=Old project").count() == 0
+    page.click("#projects-archived")
+    page.click("text=Old project")
+    page.click("#project-delete")
+    assert "This frees 0 bytes." in page.inner_text("#project-delete-question")
+    with page.expect_navigation(url=f"{live_server.url}/projects/"):
+        page.click("#project-delete-confirm")
+    assert "Project “Old project” deleted: freed 0 bytes." in page.inner_text("ul.messages")
+    assert not Project.objects.filter(pk=project.pk).exists() and not Prompt.objects.filter(project_id=project.pk).exists()
+    assert_no_problem(page)
