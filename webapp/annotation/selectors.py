@@ -173,9 +173,10 @@ class OwnProgress:
 
 
 def own_progress(*, user: AbstractBaseUser) -> list[OwnProgress]:
-    """Per project of the user: what they ranked and how many items are still open to them (nobody else's)."""
+    """Per project of the user (not archived): what they ranked and how many items are still open to them (nobody
+    else's)."""
     rows = []
-    for project in Project.objects.filter(members=user).order_by("name"):
+    for project in Project.objects.filter(members=user, archived_at__isnull=True).order_by("name"):
         ranked = own_ranked_count(project=project, user=user)
         # every answer is a Ranking row, kept while its item is reopened by Back
         answered = Ranking.objects.filter(annotator=user, prompt__project=project)
