@@ -107,11 +107,13 @@ def test_the_researchers_pages_and_the_admin_work_under_the_policy(watched_page,
 
 def test_the_annotator_ranks_with_the_keyboard_under_the_policy(watched_page, live_server, annotator):
     """Every key of the annotation page (tests/e2e/test_annotation_keyboard_ranking.py and the keys dialog), each item
-    ranked by keyboard alone: a rank, moves, a tie, undo, the word diff, collapse, the layout, the dialogs, submit,
-    back. Markdown with code in the responses, as real answers have."""
+    ranked by keyboard alone: a rank, moves, a tie, undo, the word diff, collapse of a long response, the layout, the
+    dialogs, submit, back; then a pairwise project by its keys. Markdown with code, a long answer and an aligned
+    table in the responses, as real answers have."""
     page = watched_page
     project = make_project(members=[annotator], texts=[
-        ["**bold** and `code`\n\n```python\nprint('hi')\n```", "plain answer here", "a table\n\n| a | b |\n|---|---|\n| 1 | 2 |"],
+        ["**bold** and `code`\n\n```python\nprint('hi')\n```", "a long answer " * 400,
+         "a table\n\n| a | b |\n|:--|--:|\n| 1 | 2 |"],
         ["one two three", "one three four", "> quoted"],
         ["x", "y", "z"],
     ])

@@ -86,11 +86,12 @@ def _pages(w: World) -> dict[str, list[tuple[str, str, dict]]]:
     project, run = w.project.pk, w.project_run.pk
     annotation = {name: [("GET", reverse(f"annotation:{name}", args=[project]), {})]
                   for name in ("annotate", "project_detail", "project_progress", "project_rounds", "project_data",
-                               "project_items")}
+                               "project_items", "project_files", "project_delete_confirm")}
     exports = [("GET", reverse("annotation:project_export", args=[project, kind]), {})
                for kind in ("pairs.jsonl", "pairs.csv", "rankings.jsonl", "dataset.zip")]
     run_pages = {name: [("GET", reverse(f"experiments:{name}", args=[run]), {})]
-                 for name in ("run_detail", "run_status", "run_metrics", "run_samples", "run_data")}
+                 for name in ("run_detail", "run_status", "run_metrics", "run_samples", "run_data", "run_files",
+                              "run_delete_confirm")}
     return {
         **annotation, **run_pages,
         "project_export": exports,
@@ -124,6 +125,13 @@ def _pages(w: World) -> dict[str, list[tuple[str, str, dict]]]:
         "run_resume": [("POST", reverse("experiments:run_resume", args=[run]),
                         {"checkpoint": w.checkpoint.pk, "remove_later": "yes"})],
         "run_launch": [("GET", reverse("experiments:run_launch") + f"?fork={run}", {})],
+        "run_archive": [("POST", reverse("experiments:run_archive", args=[run]), {"archived": "yes"})],
+        "project_archive": [("POST", reverse("annotation:project_archive", args=[project]), {"archived": "yes"})],
+        "project_delete": [("POST", reverse("annotation:project_delete", args=[project]), {})],
+        "run_delete": [("POST", reverse("experiments:run_delete", args=[run]), {})],
+        "checkpoint_delete_confirm": [
+            ("GET", reverse("experiments:checkpoint_delete_confirm", args=[run, w.checkpoint.pk]), {})],
+        "checkpoint_delete": [("POST", reverse("experiments:checkpoint_delete", args=[run, w.checkpoint.pk]), {})],
     }
 
 
@@ -145,7 +153,7 @@ def _state(w: World) -> dict:
     """What an outsider's requests must leave as it was."""
     w.project.refresh_from_db()
     return {
-        "project": (w.project.name, w.project.guidelines, w.project.owner_id),
+        "project": (w.project.name, w.project.guidelines, w.project.owner_id, w.project.archived_at),
         "members": sorted(w.project.members.values_list("username", flat=True)),
         "prompts": w.project.prompts.count(),
         "annotator's password": User.objects.get(pk=w.annotator.pk).password,
@@ -153,7 +161,7 @@ def _state(w: World) -> dict:
         "jobs": sorted(SamplingJob.objects.values_list("pk", "status", "cancel_requested")),
         "imports": ImportJob.objects.count(),
         "round scorings": RoundScoring.objects.count(),
-        "runs": sorted(Run.objects.values_list("pk", "status", "cancel_requested", "config")),
+        "runs": sorted(Run.objects.values_list("pk", "status", "cancel_requested", "config", "archived_at")),
         "checkpoints": ModelRef.objects.count(),
         "assignment": Assignment.objects.filter(pk=w.assignment.pk).values_list("status", flat=True).first(),
         "rankings": w.project.prompts.filter(rankings__isnull=False).count(),
@@ -264,6 +272,12 @@ def _api_operations(w: World, *, project: object, run: object, prompt: object, u
         ("POST", f"/api/v1/runs/{run}/samples", {"batch_id": "b1", "samples": [{"step": 2, "prompt": "p", "completion": "c"}]}),
         ("POST", f"/api/v1/runs/{run}/heartbeat", None),
         ("POST", f"/api/v1/runs/{run}/finish", {"status": "succeeded"}),
+        ("POST", f"/api/v1/runs/{run}/archive", {"archived": True}),
+        ("GET", f"/api/v1/runs/{run}/disk", None),
+        ("DELETE", f"/api/v1/runs/{run}/checkpoints/{w.checkpoint.pk}", None),
+        ("DELETE", f"/api/v1/runs/{run}", None),
+        ("POST", f"/api/v1/projects/{project}/archive", {"archived": True}),
+        ("DELETE", f"/api/v1/projects/{project}", None),
     ]
 
 
@@ -278,8 +292,9 @@ def test_every_api_operation_on_a_project_or_a_run_is_listed_here(world):
     schema = api.get_openapi_schema()
     owned = {(method.upper(), path) for path, operations in schema["paths"].items() for method in operations
              if any(f"{{{name}}}" in path for name in ("project_id", "run_id", "prompt_id"))}
-    listed = {(method, path) for method, path, _ in _api_operations(
-        world, project="{project_id}", run="{run_id}", prompt="{prompt_id}", username="{username}")}
+    listed = {(method, path.replace(f"/checkpoints/{world.checkpoint.pk}", "/checkpoints/{checkpoint_id}"))
+              for method, path, _ in _api_operations(
+                  world, project="{project_id}", run="{run_id}", prompt="{prompt_id}", username="{username}")}
     assert not owned - listed, f"API operations on a project or a run that this test does not try: {owned - listed}"
 
 

@@ -48,9 +48,10 @@ def projects_visible_to(user: AbstractBaseUser) -> QuerySet[Project]:
     return Project.objects.filter(pk__in=membership)
 
 
-def project_list(user: AbstractBaseUser) -> QuerySet[Project]:
-    """The projects page's rows: the projects `user` reaches, with their open items counted."""
-    return projects_visible_to(user).annotate(
+def project_list(user: AbstractBaseUser, *, archived: bool = False) -> QuerySet[Project]:
+    """The projects page's rows: the projects `user` reaches, not archived (or only the archived ones), with their
+    open items counted."""
+    return projects_visible_to(user).filter(archived_at__isnull=not archived).annotate(
         item_count=Count("prompts", filter=Q(prompts__annotatable=True), distinct=True)
     )
 
@@ -172,9 +173,10 @@ class OwnProgress:
 
 
 def own_progress(*, user: AbstractBaseUser) -> list[OwnProgress]:
-    """Per project of the user: what they ranked and how many items are still open to them (nobody else's)."""
+    """Per project of the user (not archived): what they ranked and how many items are still open to them (nobody
+    else's)."""
     rows = []
-    for project in Project.objects.filter(members=user).order_by("name"):
+    for project in Project.objects.filter(members=user, archived_at__isnull=True).order_by("name"):
         ranked = own_ranked_count(project=project, user=user)
         # every answer is a Ranking row, kept while its item is reopened by Back
         answered = Ranking.objects.filter(annotator=user, prompt__project=project)

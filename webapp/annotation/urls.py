@@ -1,6 +1,6 @@
 from django.urls import path
 
-from webapp.annotation import views
+from webapp.annotation import removal_views, views
 
 app_name = "annotation"
 
@@ -21,6 +21,10 @@ urlpatterns = [
     path("projects/<int:project_id>/rounds/", views.project_rounds, name="project_rounds"),
     path("projects/<int:project_id>/rounds/score/", views.round_score, name="round_score"),
     path("projects/<int:project_id>/items/", views.project_items, name="project_items"),
+    path("projects/<int:project_id>/files/", removal_views.project_files, name="project_files"),
+    path("projects/<int:project_id>/archive/", removal_views.project_archive_toggle, name="project_archive"),
+    path("projects/<int:project_id>/delete/", removal_views.project_delete_confirm, name="project_delete_confirm"),
+    path("projects/<int:project_id>/delete/confirmed/", removal_views.project_delete_view, name="project_delete"),
     path("projects/<int:project_id>/items/<int:prompt_id>/", views.project_item, name="project_item"),
     path("projects/<int:project_id>/sample/", views.sampling_create, name="sampling_create"),
     path("projects/<int:project_id>/export/<str:kind>/", views.project_export, name="project_export"),

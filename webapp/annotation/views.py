@@ -214,7 +214,9 @@ def annotate_back(request: HttpRequest, project_id: int) -> HttpResponse:
 
 @researcher_required
 def project_list(request: HttpRequest) -> HttpResponse:
-    return render(request, "annotation/project_list.html", {"projects": selectors.project_list(request.user)})
+    archived = request.GET.get("archived") == "only"
+    return render(request, "annotation/project_list.html",
+                  {"projects": selectors.project_list(request.user, archived=archived), "archived": archived})
 
 
 @researcher_required

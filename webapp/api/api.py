@@ -21,7 +21,14 @@ from ninja import NinjaAPI
 from ninja.errors import HttpError, ValidationError
 from pydantic import BaseModel
 
-from webapp.api import data, external, projects, registry, runs
+from webapp.api import (
+    data,
+    external,
+    projects,
+    registry,
+    removal,  # noqa: F401  its endpoints hang on the runs' and the projects' routers
+    runs,
+)
 from webapp.api.auth import TokenAuth
 from webapp.api.openapi import declared_as_it_answers
 from webapp.api.schemas import BodyIn, refusal_text

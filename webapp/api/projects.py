@@ -39,6 +39,10 @@ class ProjectOut(Schema):
     created_at: datetime
 
 
+class ProjectsQuery(PageQuery):
+    archived: Literal["", "only", "all"] = Field("", description="Empty: projects not archived; only: archived; all.")
+
+
 class ProjectIn(BodyIn):
     name: str = Field(..., min_length=1, max_length=NAME_MAX_CHARS, json_schema_extra=NON_BLANK_TEXT)
     guidelines: str = Field("", max_length=GUIDELINES_MAX_CHARS,
@@ -109,8 +113,11 @@ def project_or_404(request: HttpRequest, project_id: int) -> Project:
 
 @router.get("", response=Page[ProjectOut], summary="List projects")
 @researcher_only
-def project_list(request: HttpRequest, paging: Query[PageQuery]) -> dict:
+def project_list(request: HttpRequest, paging: Query[ProjectsQuery]) -> dict:
+    """Newest first; archived projects only with `archived`."""
     projects = selectors.projects_visible_to(request.auth).order_by("-created_at", "-id")
+    if paging.archived != "all":
+        projects = projects.filter(archived_at__isnull=paging.archived != "only")
     return page_of(projects, paging=paging)
 
 

@@ -86,6 +86,7 @@ class RunsQuery(PageQuery):
     q: str = Field("", description="A part of the run's name.")
     tag: str = Field("", description="Runs with this tag.")
     group: str = Field("", description="Runs of this group.")
+    archived: Literal["", "only", "all"] = Field("", description="Empty: runs not archived; only: archived runs; all.")
 
 
 class ResumeIn(BodyIn):
@@ -167,9 +168,10 @@ def refusal(error: ValidationError, *, conflict_fields: tuple[str, ...] = ()) ->
 @router.get("", response=Page[RunOut], summary="List runs")
 @researcher_only
 def runs_list(request: HttpRequest, filters: Query[RunsQuery]) -> dict[str, Any]:
-    """Newest first; `status`, `kind`, `q` (a part of the name), `tag` and `group` narrow the list."""
+    """Newest first; `status`, `kind`, `q` (a part of the name), `tag` and `group` narrow the list; archived runs
+    only with `archived`."""
     runs = selectors.runs_list(user=request.auth, status=filters.status, kind=filters.kind, query=filters.q.strip(),
-                               tag=filters.tag.strip(), group=filters.group.strip())
+                               tag=filters.tag.strip(), group=filters.group.strip(), archived=filters.archived)
     return page_of(runs, paging=filters, item=lambda run: run_out(request, run))
 
 

@@ -123,6 +123,34 @@ def directory_size(path: str) -> int:
     )
 
 
+def disk_size_text(size: int) -> str:
+    """'1.9 GB', '12.3 MB', '512 bytes' (decimal units, as disks and `df -H` count)."""
+    for unit, name in ((10**9, "GB"), (10**6, "MB"), (10**3, "kB")):
+        if size >= unit:
+            return f"{size / unit:.1f} {name}"
+    return f"{size} bytes"
+
+
+def run_directory(run: Run) -> Path:
+    return Path(settings.RUNS_DIR) / str(run.pk)
+
+
+def run_paths(run: Run) -> list[Path]:
+    """The run's directory and any checkpoint of it kept elsewhere under RUNS_DIR."""
+    directory = run_directory(run)
+    paths = [directory]
+    for path in ModelRef.objects.filter(run=run).values_list("path", flat=True):
+        checkpoint = Path(path)
+        if not checkpoint.resolve().is_relative_to(directory.resolve()):
+            paths.append(checkpoint)
+    return paths
+
+
+def run_disk_bytes(run: Run) -> int:
+    """Bytes of the run's files: checkpoints, samples, training data snapshot, logs."""
+    return sum(directory_size(str(path)) for path in run_paths(run))
+
+
 def runs_using_models(paths: Iterable[str], *, excluding_run_id: int | None = None) -> dict[str, list[Run]]:
     """For each path, the runs whose config names it as a model (policy, reference, reward model, critic)."""
     paths = list(paths)
@@ -195,6 +223,12 @@ class RunSummary:
     finishing: bool = False
     # how long a finished run took, or how long a running one has run so far
     duration_s: float | None = None
+    # what its files take: checkpoints, samples, training data, logs
+    disk_bytes: int = 0
+
+    @property
+    def disk_text(self) -> str:
+        return disk_size_text(self.disk_bytes)
 
     @property
     def eta_text(self) -> str:
@@ -288,7 +322,7 @@ def run_summaries(runs: Iterable[Run]) -> list[RunSummary]:
                     name, value = candidate, _format_value(metrics[candidate])
                     break
         summaries.append(RunSummary(run, progress, eta, name, value, finishing=finishing,
-                                    duration_s=run_duration_seconds(run, now=now)))
+                                    duration_s=run_duration_seconds(run, now=now), disk_bytes=run_disk_bytes(run)))
     return summaries
 
 

@@ -62,7 +62,7 @@ def _chart_runs(runs: list[Run]) -> str:
     ])
 
 
-RUN_FILTERS = ("status", "kind", "query", "tag", "group")
+RUN_FILTERS = ("status", "kind", "query", "tag", "group", "archived")
 
 
 def _run(request: HttpRequest, run_id: int) -> Run:
@@ -86,7 +86,8 @@ def run_list(request: HttpRequest, *, rows_only: bool = False) -> HttpResponse:
     reload keeps them. Stale runs are failed by the periodic task, never by a read."""
     context = _run_rows_context(request)
     if not (rows_only or request.htmx):
-        context.update(statuses=Run.Status.choices, kinds=[(kind, kind) for kind, _ in selectors.run_kind_choices()])
+        context.update(statuses=Run.Status.choices, kinds=[(kind, kind) for kind, _ in selectors.run_kind_choices()],
+                       archived_choices=selectors.ARCHIVED_CHOICES)
         return render(request, "experiments/run_list.html", context)
     response = render(request, "experiments/run_list.html#rows", context)
     if request.htmx and request.htmx.trigger == "run-filters":

@@ -37,8 +37,10 @@ def path_values(annotator) -> dict[str, object]:
     project = make_project(items=1, responses=2, members=[annotator])
     run = Run.objects.create(name="walk", kind="external", config={}, data_source={}, status=Run.Status.RUNNING)
     model = ModelRef.objects.create(name="hub model", path="org/model", source=ModelRef.Source.HUB)
+    checkpoint = ModelRef.objects.create(name="walk step 1", path="/runs/walk/step-1", run=run, step=1,
+                                         source=ModelRef.Source.CHECKPOINT)
     return {"projects": project.pk, "prompts": project.prompts.get().pk, "runs": run.pk, "models": model.pk,
-            "members": annotator.username}
+            "members": annotator.username, "checkpoints": checkpoint.pk}
 
 
 def operations() -> list[tuple[str, str]]:

@@ -9,16 +9,15 @@ from django.conf import settings
 from tests.webapp.annotation.factories import make_project
 from webapp.accounts.services import user_create
 from webapp.annotation.models import ImportJob, Project, Prompt, SamplingJob
+from webapp.annotation.selectors import own_progress, project_list
 from webapp.annotation.services.removal import project_archive, project_delete, project_disk_bytes
 from webapp.experiments.models import MetricRow, ModelRef, Run, Sample
-from webapp.experiments.selectors import runs_list
+from webapp.experiments.selectors import disk_size_text, run_disk_bytes, runs_list
 from webapp.experiments.services.removal import (
     RemovalRefused,
     checkpoint_delete,
-    disk_size_text,
     run_archive,
     run_delete,
-    run_disk_bytes,
 )
 
 pytestmark = pytest.mark.django_db(transaction=True)  # files are removed once the delete has committed
@@ -116,15 +115,19 @@ def test_an_archived_run_is_hidden_from_the_list_unless_asked_for_and_can_be_una
     assert run in runs_list(user=researcher)
 
 
-def test_a_project_is_archived_and_deleted_with_its_uploads_and_refused_while_a_run_trains_on_it(researcher):
-    project = make_project(items=2, owner=researcher)
+def test_a_project_is_archived_and_deleted_with_its_uploads_and_refused_while_a_run_trains_on_it(researcher,
+                                                                                                   annotator):
+    project = make_project(items=2, owner=researcher, members=[annotator])
     upload = Path(settings.DATA_DIR) / "uploads" / f"project-{project.pk}.jsonl"
     _write(upload, 1234)
     ImportJob.objects.create(project=project, file_name="p.jsonl", file_format="jsonl", upload_path=str(upload),
                              status=ImportJob.Status.SUCCEEDED)
     assert project_disk_bytes(project) == 1234
+    assert [row.project for row in own_progress(user=annotator)] == [project]
     project_archive(project_id=project.pk, user=researcher)
     assert Project.objects.get(pk=project.pk).archived_at is not None
+    assert own_progress(user=annotator) == []  # no longer offered to its annotators
+    assert list(project_list(researcher)) == [] and list(project_list(researcher, archived=True)) == [project]
     run = Run.objects.create(name="on it", kind="dpo", config={}, created_by=researcher, status=Run.Status.RUNNING,
                              data_source={"type": "project_pairs", "project_id": project.pk})
     with pytest.raises(RemovalRefused, match=rf"in use by run #{run.pk} \(running\)"):

@@ -11,14 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
 from webapp.accounts.roles import is_admin
 from webapp.experiments.models import ModelRef, Run
-from webapp.experiments.selectors import directory_size
+from webapp.experiments.selectors import directory_size, disk_size_text, run_paths
 from webapp.experiments.services.runs import _remove_run_directories
 
 
@@ -40,34 +39,6 @@ class Freed:
     @property
     def text(self) -> str:
         return disk_size_text(self.bytes)
-
-
-def disk_size_text(size: int) -> str:
-    """'1.9 GB', '12.3 MB', '512 bytes' (decimal units, as disks and `df -H` count)."""
-    for unit, name in ((10**9, "GB"), (10**6, "MB"), (10**3, "kB")):
-        if size >= unit:
-            return f"{size / unit:.1f} {name}"
-    return f"{size} bytes"
-
-
-def run_directory(run: Run) -> Path:
-    return Path(settings.RUNS_DIR) / str(run.pk)
-
-
-def _run_paths(run: Run) -> list[Path]:
-    """The run's directory and any checkpoint of it kept elsewhere under RUNS_DIR."""
-    directory = run_directory(run)
-    paths = [directory]
-    for path in ModelRef.objects.filter(run=run).values_list("path", flat=True):
-        checkpoint = Path(path)
-        if not checkpoint.resolve().is_relative_to(directory.resolve()):
-            paths.append(checkpoint)
-    return paths
-
-
-def run_disk_bytes(run: Run) -> int:
-    """Bytes of the run's files: checkpoints, samples, training data snapshot, logs."""
-    return sum(directory_size(str(path)) for path in _run_paths(run))
 
 
 def may_remove_run(user: AbstractBaseUser, run: Run) -> bool:
@@ -127,7 +98,7 @@ def run_delete(*, run_id: int, user: AbstractBaseUser) -> Freed:
             raise RemovalRefused(f"run #{run.pk} is {run.status}: cancel it first, then delete it")
         checkpoints = list(ModelRef.objects.filter(run=run))
         _in_use_check(checkpoints)
-        paths = _run_paths(run)
+        paths = run_paths(run)
         freed = Freed(sum(directory_size(str(path)) for path in paths))
         ModelRef.objects.filter(run=run).delete()
         run.delete()

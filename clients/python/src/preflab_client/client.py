@@ -150,8 +150,9 @@ class Client:
 
     # --- projects ------------------------------------------------------------------------------------------
 
-    def projects(self) -> Iterator[dict]:
-        return self.pages("projects")
+    def projects(self, *, archived: str | None = None) -> Iterator[dict]:
+        """archived: None (projects not archived), "only" or "all"."""
+        return self.pages("projects", archived=archived)
 
     def create_project(self, name: str, **fields: Any) -> dict:
         """fields: guidelines, mode (one of the server's annotation modes: ProjectIn.mode in its OpenAPI schema),
@@ -244,8 +245,9 @@ class Client:
     # --- runs ----------------------------------------------------------------------------------------------
 
     def runs(self, *, status: str | None = None, kind: str | None = None, q: str | None = None,
-             tag: str | None = None, group: str | None = None) -> Iterator[dict]:
-        return self.pages("runs", status=status, kind=kind, q=q, tag=tag, group=group)
+             tag: str | None = None, group: str | None = None, archived: str | None = None) -> Iterator[dict]:
+        """archived: None (runs not archived), "only" or "all"."""
+        return self.pages("runs", status=status, kind=kind, q=q, tag=tag, group=group, archived=archived)
 
     def run(self, run_id: int) -> dict:
         return self.get(f"runs/{run_id}")
@@ -270,6 +272,31 @@ class Client:
         if config is not None:
             body["config"] = dict(config)
         return self.post(f"runs/{run_id}/fork", body)
+
+    # --- archive and delete --------------------------------------------------------------------------------
+
+    def archive_run(self, run_id: int, *, archived: bool = True) -> dict:
+        """Hide the run from the lists (`archived=False` shows it again): {"id", "archived_at"}."""
+        return self.post(f"runs/{run_id}/archive", {"archived": archived})
+
+    def run_disk_usage(self, run_id: int) -> dict:
+        """{"bytes", "text"}: what the run's checkpoints, samples, data and logs take on disk."""
+        return self.get(f"runs/{run_id}/disk")
+
+    def delete_run(self, run_id: int) -> dict:
+        """Delete a run that is not queued or running, with its files: {"freed_bytes", "freed"}."""
+        return self.request("DELETE", f"runs/{run_id}")
+
+    def delete_checkpoint(self, run_id: int, checkpoint_id: int) -> dict:
+        """Delete one checkpoint of a run that has ended, unless something uses it: {"freed_bytes", "freed"}."""
+        return self.request("DELETE", f"runs/{run_id}/checkpoints/{checkpoint_id}")
+
+    def archive_project(self, project_id: int, *, archived: bool = True) -> dict:
+        return self.post(f"projects/{project_id}/archive", {"archived": archived})
+
+    def delete_project(self, project_id: int) -> dict:
+        """Delete a project (its items, rankings, rounds, jobs and uploads; its runs stay): {"freed_bytes", "freed"}."""
+        return self.request("DELETE", f"projects/{project_id}")
 
     def metrics(self, run_id: int) -> Iterator[dict]:
         """Every logged row {step, wall_time, tokens_seen, metrics} in step order, none downsampled away;
