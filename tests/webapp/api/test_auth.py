@@ -63,17 +63,23 @@ def test_the_walk_finds_every_endpoint_of_this_part():
 
 def test_without_a_valid_token_every_endpoint_answers_401(anonymous_api, researcher, path_values):
     revoked, revoked_raw = api_token_create(user=researcher, name="old")
-    api_token_revoke(token_id=revoked.pk, user=researcher)
+    revoked = api_token_revoke(token_id=revoked.pk, user=researcher)
     clients = {
         "no token": anonymous_api,
         "unknown token": ApiClient(Client(), "pfl_" + "x" * 40),
         "revoked token": ApiClient(Client(), revoked_raw),
     }
+    tokens_page = "make a personal token on http://testserver/accounts/tokens/"
+    refusals = {
+        "no token": f"no token: send the header Authorization: Bearer <token>; {tokens_page}",
+        "unknown token": f"the token is unknown to this server (mistyped, or made on another server); {tokens_page}",
+        "revoked token": f"the token {revoked} was revoked on {revoked.revoked_at:%Y-%m-%d %H:%M} UTC; {tokens_page}",
+    }
     for method, path in operations():
         for what, client in clients.items():
             response = client.request(method, filled(path, path_values))
             assert response.status_code == 401, (what, method, path, response.content)
-            assert response.json() == {"detail": "Unauthorized"}, (what, method, path)
+            assert response.json() == {"detail": refusals[what]}, (what, method, path)
 
 
 def test_an_annotators_token_is_refused_every_researcher_endpoint(annotator_api, path_values):
@@ -99,7 +105,9 @@ def test_an_inactive_users_token_is_refused(researcher, researcher_token, api):
     assert api.get("/projects").status_code == 200
     researcher.is_active = False
     researcher.save()
-    assert api.get("/projects").status_code == 401
+    response = api.get("/projects")
+    assert response.status_code == 401
+    assert response.json()["detail"].startswith(f"the token's user {researcher.username} is deactivated; make a")
 
 
 def test_the_token_is_read_only_from_a_bearer_authorization(researcher_token):

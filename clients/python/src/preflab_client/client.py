@@ -27,6 +27,7 @@ from preflab_client.http import (
     ServerUnreachable,
     api_base_url,
     error_detail,
+    not_the_api_text,
     token_session,
 )
 from preflab_client.outbox import replay_outboxes
@@ -101,7 +102,10 @@ class Client:
             return response
         if response.status_code == 204 or not response.content:
             return None
-        return response.json()
+        try:
+            return response.json()
+        except ValueError:  # a page, not the API (a wrong base URL, a login page behind a proxy)
+            raise ApiError(response.status_code, not_the_api_text(response), method=method, path=path) from None
 
     def _send(self, method: str, path: str, *, params: Mapping[str, Any] | None = None, json_body: Any = None,
               data: Any = None, headers: Mapping[str, str] | None = None, stream: bool = False) -> requests.Response:
@@ -183,10 +187,15 @@ class Client:
         return self.pages(f"projects/{project_id}/prompts")
 
     def add_responses(self, prompt_id: int, texts: Iterable[str], *, source: str = "api",
-                      detail: Mapping[str, Any] | None = None) -> list[dict]:
+                      detail: Mapping[str, Any] | None = None, model: str | None = None) -> list[dict]:
+        """Add responses to a prompt, as a round of its project (calls naming one `model` join its round).
+        source: "api" (the default), "model", "run" or "imported" (ResponsesIn.source in the OpenAPI schema);
+        detail: how they were made (any JSON object). → [{id, text, prompt, round}]."""
         body: dict[str, Any] = {"texts": list(texts), "source": source}
         if detail is not None:
             body["detail"] = dict(detail)
+        if model is not None:
+            body["model"] = model
         return self.post(f"prompts/{prompt_id}/responses", body)
 
     def rankings(self, project_id: int) -> Iterator[dict]:
@@ -239,9 +248,15 @@ class Client:
     def run(self, run_id: int) -> dict:
         return self.get(f"runs/{run_id}")
 
-    def create_run(self, kind: str, name: str, config: Mapping[str, Any], data_source: Mapping[str, Any]) -> dict:
-        """Launch a run on Preflab's workers, as the launch form does."""
-        return self.post("runs", {"kind": kind, "name": name, "config": dict(config), "data_source": dict(data_source)})
+    def create_run(self, kind: str, name: str, config: Mapping[str, Any],
+                   data_source: Mapping[str, Any] | None = None) -> dict:
+        """Launch a run on Preflab's workers, as the launch form does. A trainer's kind needs `data_source`
+        ({"type": "arithmetic", "level": 1, "size": 64}, {"type": "project_pairs", "project_id": 3}); kind
+        "external" takes none (or {"project_id": 3} for its project)."""
+        body: dict[str, Any] = {"kind": kind, "name": name, "config": dict(config)}
+        if data_source is not None:
+            body["data_source"] = dict(data_source)
+        return self.post("runs", body)
 
     def cancel_run(self, run_id: int) -> Any:
         return self.post(f"runs/{run_id}/cancel")
