@@ -18,8 +18,10 @@ from webapp.experiments.models import ModelRef, Run
 
 pytestmark = pytest.mark.django_db
 
-# (method, path) of the operations an annotator's token may call. None today: annotators use the pages.
-ANNOTATOR_OPERATIONS: set[tuple[str, str]] = set()
+# (method, path) of the operations an annotator's token may call: ranking through the API (their projects only).
+ANNOTATOR_OPERATIONS: set[tuple[str, str]] = {
+    ("GET", "/api/v1/projects/{project_id}/items"), ("POST", "/api/v1/items/{item_id}/ranking"),
+}
 # This helper's part of the contract: the walk must at least find these.
 OWN_OPERATIONS = {
     ("GET", "/api/v1/projects"), ("POST", "/api/v1/projects"), ("GET", "/api/v1/projects/{project_id}"),
@@ -37,7 +39,8 @@ def path_values(annotator) -> dict[str, object]:
     project = make_project(items=1, responses=2, members=[annotator])
     run = Run.objects.create(name="walk", kind="external", config={}, data_source={}, status=Run.Status.RUNNING)
     model = ModelRef.objects.create(name="hub model", path="org/model", source=ModelRef.Source.HUB)
-    return {"projects": project.pk, "prompts": project.prompts.get().pk, "runs": run.pk, "models": model.pk,
+    return {"projects": project.pk, "prompts": project.prompts.get().pk, "items": project.prompts.get().pk,
+            "runs": run.pk, "models": model.pk,
             "members": annotator.username}
 
 

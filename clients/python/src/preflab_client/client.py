@@ -202,6 +202,22 @@ class Client:
         """The project's rankings, as the rankings export writes them."""
         return self.pages(f"projects/{project_id}/rankings")
 
+    def items(self, project_id: int) -> Iterator[dict]:
+        """The project's items as this token's user annotates them: {id, external_id, prompt, messages,
+        responses: [{id, text}] (those you are shown), answer (yours, or None)}."""
+        return self.pages(f"projects/{project_id}/items")
+
+    def submit_ranking(self, item_id: int, ranking: Iterable[int | Iterable[int]], rationale: str | None = None, *,
+                       all_bad: bool = False) -> dict:
+        """Rank an item as this token's user, as the annotation page does: `ranking` is response ids best first,
+        a list of ids in it a tie ([12, [14, 13], 15]). Sending the same answer again writes nothing
+        (`changed` False); a different one replaces yours. → {id, item, tiers, all_bad, rationale, changed}."""
+        body: dict[str, Any] = {
+            "ranking": [entry if isinstance(entry, int) else list(entry) for entry in ranking], "all_bad": all_bad}
+        if rationale is not None:
+            body["rationale"] = rationale
+        return self.post(f"items/{item_id}/ranking", body)
+
     def pairs(self, project_id: int, *, format: str | None = "standard", strategy: str = "all",
               aggregation: str = "all") -> Iterator[dict]:
         """Every preference pair as TRL rows, streamed as JSON lines from the server. format: "standard",
