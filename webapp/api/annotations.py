@@ -115,7 +115,9 @@ def _ranking_check(tiers: list[list[int]], *, prompt: Prompt, request: HttpReque
 
 @router.post("/items/{item_id}/ranking",
              response={200: RankingOut, 403: Detail, 404: Detail, 409: Detail, 422: Detail},
-             auth=ANNOTATORS_TOO, summary="Submit your ranking of an item")
+             auth=ANNOTATORS_TOO, summary="Submit your ranking of an item",
+             openapi_extra={"responses": {422: {"description": "Besides the schema: the ranking must name every "
+                                                "response of the item shown to you, once."}}})
 def ranking_submit(request: HttpRequest, item_id: int, body: RankingIn) -> dict[str, Any]:
     """As the annotation page's submit: the same answer again writes nothing (`changed: false`); a different one
     replaces yours, as the page's Back then submit do, within the project's lease time from your answer (else a

@@ -21,7 +21,7 @@ from ninja import NinjaAPI
 from ninja.errors import HttpError, ValidationError
 from pydantic import BaseModel
 
-from webapp.api import annotations, data, external, projects, registry, runs
+from webapp.api import annotations, artifacts, data, external, projects, registry, runs
 from webapp.api.auth import TokenAuth
 from webapp.api.openapi import declared_as_it_answers
 from webapp.api.schemas import BodyIn, refusal_text
@@ -101,6 +101,7 @@ api.add_router("/models", registry.router)
 api.add_router("/runs", runs.router)
 api.add_router("/runs", external.router)
 api.add_router("/", annotations.router)
+api.add_router("/", artifacts.router)
 
 
 def api_urls() -> tuple[list[URLPattern], str, str]:

@@ -14,12 +14,14 @@ from __future__ import annotations
 import json
 import logging
 import os
+import tarfile
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 import requests
+import urllib3
 
 from preflab_client.http import (
     API_PREFIX,
@@ -305,6 +307,36 @@ class Client:
 
     def samples(self, run_id: int, *, step: int | None = None) -> Iterator[dict]:
         return self.pages(f"runs/{run_id}/samples", step=step)
+
+    # --- lineage and checkpoints ------------------------------------------------------------------------------
+
+    def lineage(self, run_id: int) -> dict:
+        """{run, parent_id, data: {type, source, project, aggregation, rows, sha256}, checkpoints: [{id, step,
+        ...}], rounds: [{project, round, checkpoint_id, step, model, responses, ...}]}: data source → run →
+        checkpoints → the annotation rounds sampled from them."""
+        return self.get(f"runs/{run_id}/lineage")
+
+    def download_checkpoint(self, checkpoint_id: int, dest_dir: str | Path) -> Path:
+        """Download a checkpoint (a directory: weights, config, tokenizer) into `dest_dir`, which must not exist or
+        be empty, so that `AutoModelForCausalLM.from_pretrained(dest_dir)` loads it. Unpacked as it arrives into
+        a temporary directory beside `dest_dir`, renamed into place once whole: a failed download leaves nothing."""
+        dest = Path(dest_dir)
+        if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+            raise FileExistsError(f"{dest}: exists and is not an empty directory; choose a new one")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        response = self.request("GET", f"checkpoints/{checkpoint_id}/archive", stream=True)
+        with response, tempfile.TemporaryDirectory(prefix=".preflab-download-", dir=dest.parent) as partial:
+            try:
+                with tarfile.open(fileobj=response.raw, mode="r|") as archive:
+                    archive.extractall(partial, filter="data")
+            except (tarfile.TarError, requests.RequestException, urllib3.exceptions.HTTPError, OSError) as error:
+                raise ApiError(response.status_code, f"the checkpoint's download broke off: {error}",
+                               method="GET", path=f"checkpoints/{checkpoint_id}/archive") from None
+            if dest.exists():
+                dest.rmdir()
+            os.replace(partial, dest)
+            Path(partial).mkdir()  # for TemporaryDirectory's cleanup, which expects it
+        return dest
 
     # --- runs logged from here -----------------------------------------------------------------------------
 
