@@ -23,6 +23,7 @@ from typing import IO, TYPE_CHECKING, Any
 import requests
 import urllib3
 
+from preflab_client.artifacts import save_response, upload_artifact
 from preflab_client.http import (
     API_PREFIX,
     ApiError,
@@ -337,6 +338,24 @@ class Client:
             os.replace(partial, dest)
             Path(partial).mkdir()  # for TemporaryDirectory's cleanup, which expects it
         return dest
+
+    # --- artifacts --------------------------------------------------------------------------------------------
+
+    def upload_artifact(self, run_id: int, path: str | Path, *, name: str | None = None, kind: str = "file") -> dict:
+        """Send a file as an external run's artifact (`ExternalRun.log_artifact` does this for its own run)."""
+        return upload_artifact(self, run_id, path, name=name, kind=kind)
+
+    def artifacts(self, run_id: int) -> list[dict]:
+        """The run's artifacts: [{name, kind, size, sha256, created_at}] by name."""
+        return self.get(f"runs/{run_id}/artifacts")
+
+    def download_artifact(self, run_id: int, name: str, dest: str | Path) -> Path:
+        """Save the run's artifact `name` as the file `dest` (or into `dest` under its name, if `dest` is a
+        directory); written whole or not at all."""
+        dest = Path(dest)
+        if dest.is_dir():
+            dest = dest / name
+        return save_response(self.request("GET", f"runs/{run_id}/artifacts/{name}", stream=True), dest)
 
     # --- runs logged from here -----------------------------------------------------------------------------
 
