@@ -40,7 +40,7 @@ def path_values(annotator) -> dict[str, object]:
     run = Run.objects.create(name="walk", kind="external", config={}, data_source={}, status=Run.Status.RUNNING)
     model = ModelRef.objects.create(name="hub model", path="org/model", source=ModelRef.Source.HUB)
     return {"projects": project.pk, "prompts": project.prompts.get().pk, "items": project.prompts.get().pk,
-            "runs": run.pk, "models": model.pk, "checkpoints": model.pk,
+            "runs": run.pk, "models": model.pk, "checkpoints": model.pk, "artifacts": "eval.csv",
             "members": annotator.username}
 
 
