@@ -29,7 +29,9 @@ def upload_artifact(server: Server, run_id: int, path: str | Path, *, name: str 
         try:
             response = session.put(f"{server.url}{API_PREFIX}/{where}", params={"kind": kind}, data=body,
                                    headers={"Content-Type": "application/octet-stream",
-                                            "Content-Length": str(path.stat().st_size)}, timeout=UPLOAD_TIMEOUT)
+                                            "Content-Length": str(path.stat().st_size),
+                                            # one request a session: nothing to keep alive
+                                            "Connection": "close"}, timeout=UPLOAD_TIMEOUT)
         except requests.RequestException as error:
             raise ServerUnreachable(f"{type(error).__name__}: {error}", method="PUT", path=where) from None
         with response:
