@@ -136,7 +136,10 @@ ARTIFACT_BODY = {"requestBody": {"required": True, "description": "The file's by
 
 @router.put("/runs/{int:run_id}/artifacts/{name}",
             response={201: ArtifactOut, 404: Detail, 409: Detail, 413: Detail, 422: Detail},
-            openapi_extra=ARTIFACT_BODY, summary="Upload a file of an external run (an artifact)")
+            openapi_extra={**ARTIFACT_BODY, "responses": {422: {"description": (
+                "Besides the schema: the name is letters, digits, '.', '_' and '-', starting with a letter or a "
+                "digit, at most 200 characters. Nothing is stored.")}}},
+            summary="Upload a file of an external run (an artifact)")
 @researcher_only
 def artifact_upload(request: HttpRequest, run_id: int, name: str, query: Query[ArtifactQuery]) -> Status:
     """Kept under the run's directory, written whole or not at all; the same name again replaces it. At most

@@ -38,9 +38,11 @@ EXAMPLES = int(os.environ.get("PREFLAB_SCHEMA_EXAMPLES", "8"))
 # the schema declares (and describes): a launch's or a fork's config is the trainer's (its fields depend on the
 # kind, its bounds on each other and on the data), a model path must exist under the model roots, a record is
 # checked as a row of the page's import, a checkpoint must be one of the run's, an external run's project_id must
-# name a project, a ranking must name the item's responses. Every other operation refuses only what its schema forbids.
+# name a project, a ranking must name the item's responses, an artifact's name is a file name. Every other
+# operation refuses only what its schema forbids.
 CHECKED_BEYOND_THE_SCHEMA = (r"^/api/v1/(runs|runs/external|runs/\{run_id\}/(fork|resume)|models"
-                             r"|projects/\{project_id\}/records|items/\{item_id\}/ranking)$")
+                             r"|projects/\{project_id\}/records|items/\{item_id\}/ranking"
+                             r"|runs/\{run_id\}/artifacts/\{name\})$")
 # schemathesis's positive_data_acceptance statuses (less 429 and 5xx, which never answer here), with that 422
 ACCEPTED_OR_CHECKED_FURTHER = ["2xx", "401", "403", "404", "409", "422"]
 # Operations whose path names a run of its own: the external run's program logs into it.
