@@ -8,6 +8,7 @@ from django.db.models import Count, Q, QuerySet
 
 from webapp.accounts.models import ApiToken
 from webapp.accounts.roles import ANNOTATOR, RESEARCHER
+from webapp.accounts.services import api_token_digest
 from webapp.annotation.models import Project
 
 
@@ -52,3 +53,16 @@ def users_who_could_join(project: Project) -> QuerySet[User]:
 def api_tokens_of(*, user: AbstractBaseUser) -> QuerySet[ApiToken]:
     """Every token of `user`, revoked ones included, newest first."""
     return ApiToken.objects.filter(user=user).order_by("-created_at", "-id")
+
+
+def api_token_refusal(*, raw: str) -> str:
+    """Why `raw` does not authenticate, in words for whoever sent it: unknown, revoked (and when), or its user's
+    account deactivated. Only the digest is looked up, as api_token_authenticate does."""
+    token = ApiToken.objects.select_related("user").filter(digest=api_token_digest(raw)).first()
+    if token is None:
+        return "the token is unknown to this server (mistyped, or made on another server)"
+    if token.revoked_at is not None:
+        return f"the token {token} was revoked on {token.revoked_at:%Y-%m-%d %H:%M} UTC"
+    if not token.user.is_active:
+        return f"the token's user {token.user.get_username()} is deactivated"
+    return "the token was refused"

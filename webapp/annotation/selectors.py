@@ -60,9 +60,28 @@ def responses_shown(*, prompt: Prompt, annotator: AbstractBaseUser) -> list[Resp
     """The responses one annotator sees for an item, in an order of their own (stable across reloads)."""
     project = prompt.project
     count = annotation_mode(project.mode).responses_shown(project.responses_per_item)
-    responses = list(prompt.responses.order_by("id")[:count])
-    random.Random(f"{annotator.pk}:{prompt.pk}").shuffle(responses)
+    return _in_annotators_order(list(prompt.responses.order_by("id")[:count]), prompt_id=prompt.pk,
+                                annotator=annotator)
+
+
+def _in_annotators_order(responses: list[Response], *, prompt_id: int, annotator: AbstractBaseUser) -> list[Response]:
+    random.Random(f"{annotator.pk}:{prompt_id}").shuffle(responses)
     return responses
+
+
+def items_for_annotator(*, project: Project, annotator: AbstractBaseUser) -> QuerySet[Prompt]:
+    """Every item of the project offered for ranking, in id order, with its responses and `annotator`'s answer
+    (`own_answers`, a list of at most one) fetched along: `item_responses_shown` gives what they are shown."""
+    answers = Ranking.objects.filter(annotator=annotator)
+    return (Prompt.objects.filter(project=project, annotatable=True).order_by("id")
+            .prefetch_related(Prefetch("responses", queryset=Response.objects.order_by("id")),
+                              Prefetch("rankings", queryset=answers, to_attr="own_answers")))
+
+
+def item_responses_shown(prompt: Prompt, *, project: Project, annotator: AbstractBaseUser) -> list[Response]:
+    """`responses_shown` of an item from `items_for_annotator`, from its fetched responses."""
+    count = annotation_mode(project.mode).responses_shown(project.responses_per_item)
+    return _in_annotators_order(list(prompt.responses.all())[:count], prompt_id=prompt.pk, annotator=annotator)
 
 
 # Progress and agreement -------------------------------------------------------------------------------------

@@ -22,6 +22,8 @@ from ninja.errors import HttpError, ValidationError
 from pydantic import BaseModel
 
 from webapp.api import (
+    annotations,
+    artifacts,
     data,
     external,
     projects,
@@ -107,6 +109,8 @@ api.add_router("/", data.router)
 api.add_router("/models", registry.router)
 api.add_router("/runs", runs.router)
 api.add_router("/runs", external.router)
+api.add_router("/", annotations.router)
+api.add_router("/", artifacts.router)
 
 
 def api_urls() -> tuple[list[URLPattern], str, str]:

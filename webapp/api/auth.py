@@ -1,7 +1,7 @@
 """Bearer-token authentication for the API (personal tokens, stored hashed) and the roles, as on the pages.
 
-A missing, unknown or revoked token, or an inactive user's, is a 401 (ninja answers it when authentication
-returns None). A valid token of someone who is not a researcher, on a researcher endpoint, is a 403
+A missing, unknown or revoked token, or an inactive user's, is a 401 whose detail says which of these it is and
+where a new token is made (the tokens page's address). A valid token of someone who is not a researcher, on a researcher endpoint, is a 403
 {"detail": "researchers only"}. The roles are the pages' (webapp.accounts.roles).
 
 Every endpoint is a researcher's unless it says otherwise: the API's default `TokenAuth()` refuses the others,
@@ -23,10 +23,12 @@ from typing import Any
 
 from django.contrib.auth.models import User
 from django.http import HttpRequest
+from django.urls import reverse
 from ninja.errors import HttpError
 from ninja.security import HttpBearer
 
 from webapp.accounts.roles import is_researcher
+from webapp.accounts.selectors import api_token_refusal
 from webapp.accounts.services import api_token_authenticate
 
 RESEARCHERS_ONLY = "researchers only"
@@ -40,18 +42,24 @@ class TokenAuth(HttpBearer):
     def __call__(self, request: HttpRequest) -> User | None:
         scheme, _, token = request.headers.get(self.header, "").partition(" ")
         if scheme.lower() != self.openapi_scheme or not token.strip():
-            return None
+            raise unauthenticated(request, "no token: send the header Authorization: Bearer <token>")
         return self.authenticate(request, token.strip())
 
     def authenticate(self, request: HttpRequest, token: str) -> User | None:
         user = api_token_authenticate(raw=token)
         if user is None:
-            return None
+            raise unauthenticated(request, api_token_refusal(raw=token))
         # the pages' helpers (roles, services taking the request's user) work unchanged
         request.user = user
         if self.researchers_only:
             require_researcher(user)
         return user
+
+
+def unauthenticated(request: HttpRequest, problem: str) -> HttpError:
+    """A 401 saying what is wrong with the credentials and where a new token is made."""
+    tokens_page = request.build_absolute_uri(reverse("api_tokens"))
+    return HttpError(401, f"{problem}; make a personal token on {tokens_page}")
 
 
 def require_researcher(user: Any) -> None:

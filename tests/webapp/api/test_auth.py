@@ -18,8 +18,10 @@ from webapp.experiments.models import ModelRef, Run
 
 pytestmark = pytest.mark.django_db
 
-# (method, path) of the operations an annotator's token may call. None today: annotators use the pages.
-ANNOTATOR_OPERATIONS: set[tuple[str, str]] = set()
+# (method, path) of the operations an annotator's token may call: ranking through the API (their projects only).
+ANNOTATOR_OPERATIONS: set[tuple[str, str]] = {
+    ("GET", "/api/v1/projects/{project_id}/items"), ("POST", "/api/v1/items/{item_id}/ranking"),
+}
 # This helper's part of the contract: the walk must at least find these.
 OWN_OPERATIONS = {
     ("GET", "/api/v1/projects"), ("POST", "/api/v1/projects"), ("GET", "/api/v1/projects/{project_id}"),
@@ -39,8 +41,9 @@ def path_values(annotator) -> dict[str, object]:
     model = ModelRef.objects.create(name="hub model", path="org/model", source=ModelRef.Source.HUB)
     checkpoint = ModelRef.objects.create(name="walk step 1", path="/runs/walk/step-1", run=run, step=1,
                                          source=ModelRef.Source.CHECKPOINT)
-    return {"projects": project.pk, "prompts": project.prompts.get().pk, "runs": run.pk, "models": model.pk,
-            "members": annotator.username, "checkpoints": checkpoint.pk}
+    return {"projects": project.pk, "prompts": project.prompts.get().pk, "items": project.prompts.get().pk,
+            "runs": run.pk, "models": model.pk, "checkpoints": checkpoint.pk, "artifacts": "eval.csv",
+            "members": annotator.username}
 
 
 def operations() -> list[tuple[str, str]]:
@@ -65,17 +68,23 @@ def test_the_walk_finds_every_endpoint_of_this_part():
 
 def test_without_a_valid_token_every_endpoint_answers_401(anonymous_api, researcher, path_values):
     revoked, revoked_raw = api_token_create(user=researcher, name="old")
-    api_token_revoke(token_id=revoked.pk, user=researcher)
+    revoked = api_token_revoke(token_id=revoked.pk, user=researcher)
     clients = {
         "no token": anonymous_api,
         "unknown token": ApiClient(Client(), "pfl_" + "x" * 40),
         "revoked token": ApiClient(Client(), revoked_raw),
     }
+    tokens_page = "make a personal token on http://testserver/accounts/tokens/"
+    refusals = {
+        "no token": f"no token: send the header Authorization: Bearer <token>; {tokens_page}",
+        "unknown token": f"the token is unknown to this server (mistyped, or made on another server); {tokens_page}",
+        "revoked token": f"the token {revoked} was revoked on {revoked.revoked_at:%Y-%m-%d %H:%M} UTC; {tokens_page}",
+    }
     for method, path in operations():
         for what, client in clients.items():
             response = client.request(method, filled(path, path_values))
             assert response.status_code == 401, (what, method, path, response.content)
-            assert response.json() == {"detail": "Unauthorized"}, (what, method, path)
+            assert response.json() == {"detail": refusals[what]}, (what, method, path)
 
 
 def test_an_annotators_token_is_refused_every_researcher_endpoint(annotator_api, path_values):
@@ -101,7 +110,9 @@ def test_an_inactive_users_token_is_refused(researcher, researcher_token, api):
     assert api.get("/projects").status_code == 200
     researcher.is_active = False
     researcher.save()
-    assert api.get("/projects").status_code == 401
+    response = api.get("/projects")
+    assert response.status_code == 401
+    assert response.json()["detail"].startswith(f"the token's user {researcher.username} is deactivated; make a")
 
 
 def test_the_token_is_read_only_from_a_bearer_authorization(researcher_token):

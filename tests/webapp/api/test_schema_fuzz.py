@@ -38,9 +38,11 @@ EXAMPLES = int(os.environ.get("PREFLAB_SCHEMA_EXAMPLES", "8"))
 # the schema declares (and describes): a launch's or a fork's config is the trainer's (its fields depend on the
 # kind, its bounds on each other and on the data), a model path must exist under the model roots, a record is
 # checked as a row of the page's import, a checkpoint must be one of the run's, an external run's project_id must
-# name a project. Every other operation refuses only what its schema forbids.
+# name a project, a ranking must name the item's responses, an artifact's name is a file name. Every other
+# operation refuses only what its schema forbids.
 CHECKED_BEYOND_THE_SCHEMA = (r"^/api/v1/(runs|runs/external|runs/\{run_id\}/(fork|resume|update)|models"
-                             r"|projects/\{project_id\}/records)$")
+                             r"|projects/\{project_id\}/records|items/\{item_id\}/ranking"
+                             r"|runs/\{run_id\}/artifacts/\{name\})$")
 # schemathesis's positive_data_acceptance statuses (less 429 and 5xx, which never answer here), with that 422
 ACCEPTED_OR_CHECKED_FURTHER = ["2xx", "401", "403", "404", "409", "422"]
 # Operations whose path names a run of its own: the external run's program logs into it.
@@ -112,7 +114,7 @@ def _aim_at_the_seeded_rows(case, seeded: Seeded) -> None:
     """A generated id (any whole number fits the schema) is replaced by the seeded row's, so that the requests reach
     the endpoints' code and not only their 404s; an id the fuzzer made invalid on purpose (a string) is kept."""
     external = case.operation.path.endswith(EXTERNAL_RUN_OPERATIONS) and case.method == "POST"
-    ids = {"project_id": seeded.project_id, "prompt_id": seeded.prompt_id,
+    ids = {"project_id": seeded.project_id, "prompt_id": seeded.prompt_id, "item_id": seeded.prompt_id,
            "run_id": seeded.external_run_id if external else seeded.run_id}
     for name, row_id in ids.items():
         if isinstance((case.path_parameters or {}).get(name), int):

@@ -5,6 +5,7 @@ rankings and their pairs, sampling jobs. Every public name is re-exported here, 
 A write the rules refuse raises Django's ValidationError, whose message is shown to the user as is.
 """
 
+from webapp.annotation.services.api_rankings import ApiRankingResult, api_ranking_submit
 from webapp.annotation.services.imports import (
     IMPORT_CHUNK,
     IMPORT_CHUNK_CHARS,
@@ -68,6 +69,8 @@ from webapp.annotation.services.sampling import (
 )
 
 __all__ = [
+    "ApiRankingResult",
+    "api_ranking_submit",
     "guidelines_check",
     "project_create",
     "project_update",

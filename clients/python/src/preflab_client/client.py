@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import tarfile
 import tempfile
 import time
 import uuid
@@ -22,13 +23,16 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 import requests
+import urllib3
 
+from preflab_client.artifacts import save_response, upload_artifact
 from preflab_client.http import (
     API_PREFIX,
     ApiError,
     ServerUnreachable,
     api_base_url,
     error_detail,
+    not_the_api_text,
     token_session,
 )
 from preflab_client.offline import (
@@ -111,7 +115,10 @@ class Client:
             return response
         if response.status_code == 204 or not response.content:
             return None
-        return response.json()
+        try:
+            return response.json()
+        except ValueError:  # a page, not the API (a wrong base URL, a login page behind a proxy)
+            raise ApiError(response.status_code, not_the_api_text(response), method=method, path=path) from None
 
     def _send(self, method: str, path: str, *, params: Mapping[str, Any] | None = None, json_body: Any = None,
               data: Any = None, headers: Mapping[str, str] | None = None, stream: bool = False) -> requests.Response:
@@ -194,15 +201,36 @@ class Client:
         return self.pages(f"projects/{project_id}/prompts")
 
     def add_responses(self, prompt_id: int, texts: Iterable[str], *, source: str = "api",
-                      detail: Mapping[str, Any] | None = None) -> list[dict]:
+                      detail: Mapping[str, Any] | None = None, model: str | None = None) -> list[dict]:
+        """Add responses to a prompt, as a round of its project (calls naming one `model` join its round).
+        source: "api" (the default), "model", "run" or "imported" (ResponsesIn.source in the OpenAPI schema);
+        detail: how they were made (any JSON object). → [{id, text, prompt, round}]."""
         body: dict[str, Any] = {"texts": list(texts), "source": source}
         if detail is not None:
             body["detail"] = dict(detail)
+        if model is not None:
+            body["model"] = model
         return self.post(f"prompts/{prompt_id}/responses", body)
 
     def rankings(self, project_id: int) -> Iterator[dict]:
         """The project's rankings, as the rankings export writes them."""
         return self.pages(f"projects/{project_id}/rankings")
+
+    def items(self, project_id: int) -> Iterator[dict]:
+        """The project's items as this token's user annotates them: {id, external_id, prompt, messages,
+        responses: [{id, text}] (those you are shown), answer (yours, or None)}."""
+        return self.pages(f"projects/{project_id}/items")
+
+    def submit_ranking(self, item_id: int, ranking: Iterable[int | Iterable[int]], rationale: str | None = None, *,
+                       all_bad: bool = False) -> dict:
+        """Rank an item as this token's user, as the annotation page does: `ranking` is response ids best first,
+        a list of ids in it a tie ([12, [14, 13], 15]). Sending the same answer again writes nothing
+        (`changed` False); a different one replaces yours. → {id, item, tiers, all_bad, rationale, changed}."""
+        body: dict[str, Any] = {
+            "ranking": [entry if isinstance(entry, int) else list(entry) for entry in ranking], "all_bad": all_bad}
+        if rationale is not None:
+            body["rationale"] = rationale
+        return self.post(f"items/{item_id}/ranking", body)
 
     def pairs(self, project_id: int, *, format: str | None = "standard", strategy: str = "all",
               aggregation: str = "all") -> Iterator[dict]:
@@ -252,9 +280,15 @@ class Client:
     def run(self, run_id: int) -> dict:
         return self.get(f"runs/{run_id}")
 
-    def create_run(self, kind: str, name: str, config: Mapping[str, Any], data_source: Mapping[str, Any]) -> dict:
-        """Launch a run on Preflab's workers, as the launch form does."""
-        return self.post("runs", {"kind": kind, "name": name, "config": dict(config), "data_source": dict(data_source)})
+    def create_run(self, kind: str, name: str, config: Mapping[str, Any],
+                   data_source: Mapping[str, Any] | None = None) -> dict:
+        """Launch a run on Preflab's workers, as the launch form does. A trainer's kind needs `data_source`
+        ({"type": "arithmetic", "level": 1, "size": 64}, {"type": "project_pairs", "project_id": 3}); kind
+        "external" takes none (or {"project_id": 3} for its project)."""
+        body: dict[str, Any] = {"kind": kind, "name": name, "config": dict(config)}
+        if data_source is not None:
+            body["data_source"] = dict(data_source)
+        return self.post("runs", body)
 
     def cancel_run(self, run_id: int) -> Any:
         return self.post(f"runs/{run_id}/cancel")
@@ -312,6 +346,54 @@ class Client:
 
     def samples(self, run_id: int, *, step: int | None = None) -> Iterator[dict]:
         return self.pages(f"runs/{run_id}/samples", step=step)
+
+    # --- lineage and checkpoints ------------------------------------------------------------------------------
+
+    def lineage(self, run_id: int) -> dict:
+        """{run, parent_id, data: {type, source, project, aggregation, rows, sha256}, checkpoints: [{id, step,
+        ...}], rounds: [{project, round, checkpoint_id, step, model, responses, ...}]}: data source → run →
+        checkpoints → the annotation rounds sampled from them."""
+        return self.get(f"runs/{run_id}/lineage")
+
+    def download_checkpoint(self, checkpoint_id: int, dest_dir: str | Path) -> Path:
+        """Download a checkpoint (a directory: weights, config, tokenizer) into `dest_dir`, which must not exist or
+        be empty, so that `AutoModelForCausalLM.from_pretrained(dest_dir)` loads it. Unpacked as it arrives into
+        a temporary directory beside `dest_dir`, renamed into place once whole: a failed download leaves nothing."""
+        dest = Path(dest_dir)
+        if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+            raise FileExistsError(f"{dest}: exists and is not an empty directory; choose a new one")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        response = self.request("GET", f"checkpoints/{checkpoint_id}/archive", stream=True)
+        with response, tempfile.TemporaryDirectory(prefix=".preflab-download-", dir=dest.parent) as partial:
+            try:
+                with tarfile.open(fileobj=response.raw, mode="r|") as archive:
+                    archive.extractall(partial, filter="data")
+            except (tarfile.TarError, requests.RequestException, urllib3.exceptions.HTTPError, OSError) as error:
+                raise ApiError(response.status_code, f"the checkpoint's download broke off: {error}",
+                               method="GET", path=f"checkpoints/{checkpoint_id}/archive") from None
+            if dest.exists():
+                dest.rmdir()
+            os.replace(partial, dest)
+            Path(partial).mkdir()  # for TemporaryDirectory's cleanup, which expects it
+        return dest
+
+    # --- artifacts --------------------------------------------------------------------------------------------
+
+    def upload_artifact(self, run_id: int, path: str | Path, *, name: str | None = None, kind: str = "file") -> dict:
+        """Send a file as an external run's artifact (`ExternalRun.log_artifact` does this for its own run)."""
+        return upload_artifact(self, run_id, path, name=name, kind=kind)
+
+    def artifacts(self, run_id: int) -> list[dict]:
+        """The run's artifacts: [{name, kind, size, sha256, created_at}] by name."""
+        return self.get(f"runs/{run_id}/artifacts")
+
+    def download_artifact(self, run_id: int, name: str, dest: str | Path) -> Path:
+        """Save the run's artifact `name` as the file `dest` (or into `dest` under its name, if `dest` is a
+        directory); written whole or not at all."""
+        dest = Path(dest)
+        if dest.is_dir():
+            dest = dest / name
+        return save_response(self.request("GET", f"runs/{run_id}/artifacts/{name}", stream=True), dest)
 
     # --- runs logged from here -----------------------------------------------------------------------------
 

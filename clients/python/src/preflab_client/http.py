@@ -65,10 +65,22 @@ def error_detail(response: requests.Response) -> str:
     try:
         detail = response.json()["detail"]
     except (ValueError, KeyError, TypeError):
-        return response.text.strip()[:500] or response.reason or f"HTTP {response.status_code}"
+        return not_the_api_text(response)
     if isinstance(detail, list):
         return "; ".join(_validation_error_text(item) for item in detail)
     return str(detail)
+
+
+def not_the_api_text(response: requests.Response) -> str:
+    """An answer that is not the API's JSON (a proxy's or another site's page, a wrong base URL): its status and
+    a hint, never the page itself; a short plain-text answer is kept, as it may be the explanation."""
+    status = f"HTTP {response.status_code} {response.reason or ''}".strip()
+    content_type = response.headers.get("Content-Type", "").split(";")[0].strip() or "no content type"
+    text = response.text.strip()
+    if content_type == "text/plain" and text and "<" not in text and len(text) <= 300:
+        return f"{status}: {text}"
+    return (f"{status}, answered with {content_type}, not the Preflab API's JSON: is {response.url} behind a "
+            f"proxy, or is the client's URL not the Preflab server's address?")
 
 
 def _validation_error_text(item: object) -> str:

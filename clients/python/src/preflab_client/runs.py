@@ -33,8 +33,10 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
+from preflab_client.artifacts import upload_artifact
 from preflab_client.http import Server
 from preflab_client.outbox import (
     REQUEST_ROWS_MAX,
@@ -159,6 +161,13 @@ class ExternalRun:
         except Exception as error:
             self._warn_once("samples-error", "preflab: log_samples() of run %d failed (%s); training goes on",
                             self.id, error)
+
+    def log_artifact(self, path: str | Path, name: str | None = None, kind: str = "file") -> dict:
+        """Send a file (an evaluation table, a plot, a model card) as this run's artifact `name` (the file's name
+        by default), directly and at once, also after finish(): unlike log(), a failure raises (an ApiError
+        saying why; 413 past the server's PREFLAB_UPLOAD_MAX_BYTES, 1 GiB unless set). The same name again
+        replaces it. → {name, kind, size, sha256, created_at}."""
+        return upload_artifact(self._client, self.id, path, name=name, kind=kind)
 
     @property
     def tags(self) -> tuple[str, ...]:
