@@ -7,7 +7,9 @@ projects_visible_to and webapp.experiments.selectors.runs_visible_to."""
 
 from __future__ import annotations
 
+import io
 import json
+import re
 from dataclasses import dataclass
 
 import pytest
@@ -22,6 +24,7 @@ from webapp.accounts.services import api_token_create, user_create
 from webapp.annotation import services as annotation_services
 from webapp.annotation.models import Assignment, ImportJob, Project, RoundScoring, SamplingJob
 from webapp.experiments import services as run_services
+from webapp.experiments.artifacts import artifact_store
 from webapp.experiments.data_snapshot import snapshot_path, snapshot_write
 from webapp.experiments.models import ModelRef, Run
 
@@ -73,6 +76,8 @@ def world(researcher, annotator, monkeypatch) -> World:
     checkpoint = ModelRef.objects.create(name="team A step 1", path="/runs/a/step-1", run=project_run, step=1,
                                          source=ModelRef.Source.CHECKPOINT)
     member_run = run_services.external_run_create(name="mia notebook", config={}, created_by=member)
+    for run in (project_run, member_run):
+        artifact_store(run_id=run.pk, name="eval.csv", kind="file", body=io.BytesIO(b"step,loss\n1,0.5\n"), limit=1024)
     sampling_job = SamplingJob.objects.create(project=project, model_path="/models/x", status=SamplingJob.Status.FAILED,
                                               error="worker lost")
     import_job = ImportJob.objects.create(project=project, file_name="a.jsonl", file_format="jsonl", upload_path="",
@@ -271,7 +276,14 @@ def _api_operations(w: World, *, project: object, run: object, prompt: object, u
         ("POST", f"/api/v1/runs/{run}/log", {"rows": [{"step": 2, "metrics": {"loss": 0.5}}]}),
         ("POST", f"/api/v1/runs/{run}/samples", {"batch_id": "b1", "samples": [{"step": 2, "prompt": "p", "completion": "c"}]}),
         ("POST", f"/api/v1/runs/{run}/heartbeat", None),
+        ("POST", f"/api/v1/runs/{run}/update", {"summary": {"planted": 1}}),
         ("POST", f"/api/v1/runs/{run}/finish", {"status": "succeeded"}),
+        ("POST", f"/api/v1/runs/{run}/reattach", None),
+        ("GET", f"/api/v1/runs/{run}/lineage", None),
+        ("GET", f"/api/v1/runs/{run}/artifacts", None),
+        ("GET", f"/api/v1/runs/{run}/artifacts/eval.csv", None),
+        ("PUT", f"/api/v1/runs/{run}/artifacts/planted.csv", "planted"),
+        ("GET", f"/api/v1/projects/{project}/items", None),
         ("POST", f"/api/v1/runs/{run}/archive", {"archived": True}),
         ("GET", f"/api/v1/runs/{run}/disk", None),
         ("DELETE", f"/api/v1/runs/{run}/checkpoints/{w.checkpoint.pk}", None),
@@ -292,7 +304,8 @@ def test_every_api_operation_on_a_project_or_a_run_is_listed_here(world):
     schema = api.get_openapi_schema()
     owned = {(method.upper(), path) for path, operations in schema["paths"].items() for method in operations
              if any(f"{{{name}}}" in path for name in ("project_id", "run_id", "prompt_id"))}
-    listed = {(method, path.replace(f"/checkpoints/{world.checkpoint.pk}", "/checkpoints/{checkpoint_id}"))
+    listed = {(method, re.sub(r"/artifacts/[a-z]+\.csv$", "/artifacts/{name}", path.replace(
+                   f"/checkpoints/{world.checkpoint.pk}", "/checkpoints/{checkpoint_id}")))
               for method, path, _ in _api_operations(
                   world, project="{project_id}", run="{run_id}", prompt="{prompt_id}", username="{username}")}
     assert not owned - listed, f"API operations on a project or a run that this test does not try: {owned - listed}"
