@@ -38,7 +38,7 @@ def test_a_run_is_deleted_from_its_page_with_its_files_and_the_list_says_what_it
 
     page.click("#run-delete")
     assert "This frees 4.8 kB." in page.inner_text("#run-delete-question")
-    page.click("text=Keep")  # asked, then kept: nothing happened
+    page.click("#run-files button:text-is('Keep')")  # asked, then kept: nothing happened
     page.wait_for_selector("#run-delete")
     assert Run.objects.filter(pk=run.pk).exists() and directory.is_dir()
 
