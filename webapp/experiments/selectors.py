@@ -190,13 +190,20 @@ def resume_plan(*, run: Run, checkpoint: ModelRef) -> ResumePlan:
 ARCHIVED_CHOICES = (("", "not archived"), ("only", "archived"), ("all", "all"))
 
 
+def _runs_tagged(runs: QuerySet[Run], tag: str) -> QuerySet[Run]:
+    if connection.features.supports_json_field_contains:
+        return runs.filter(tags__contains=[tag])
+    # SQLite (the embedded default) has no JSON containment: the tagged runs' ids are picked here
+    return runs.filter(pk__in=[pk for pk, tags in runs.values_list("pk", "tags") if tag in (tags or [])])
+
+
 def runs_list(*, user: AbstractBaseUser, status: str = "", kind: str = "", query: str = "", tag: str = "",
               group: str = "", archived: str = "") -> QuerySet[Run]:
     """The runs `user` sees (runs_visible_to), narrowed by the filters (`tag`: one of the run's tags); archived
     runs only when asked for (archived: "only" or "all")."""
     runs = runs_visible_to(user).select_related("created_by")
     if tag:
-        runs = runs.filter(tags__contains=[tag])
+        runs = _runs_tagged(runs, tag)
     if group:
         runs = runs.filter(group=group)
     if archived == "only":
