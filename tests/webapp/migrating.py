@@ -17,9 +17,14 @@ def migrate_to(targets: list[tuple[str, str]]) -> Apps:
     return executor.loader.project_state(targets).apps
 
 
-@pytest.fixture
-def latest_migrations_after() -> Iterator[None]:
-    yield
+def migrate_to_latest() -> None:
+    """Every app at its latest migration: what the current models (webapp.*.models) read and write."""
     executor = MigrationExecutor(connection)
     executor.loader.build_graph()
     executor.migrate(executor.loader.graph.leaf_nodes())
+
+
+@pytest.fixture
+def latest_migrations_after() -> Iterator[None]:
+    yield
+    migrate_to_latest()

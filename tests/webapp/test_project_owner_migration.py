@@ -4,7 +4,7 @@ not know."""
 
 import pytest
 
-from tests.webapp.migrating import latest_migrations_after, migrate_to  # noqa: F401 (the fixture)
+from tests.webapp.migrating import latest_migrations_after, migrate_to, migrate_to_latest  # noqa: F401 (the fixture)
 from webapp.accounts.roles import is_researcher
 from webapp.annotation.selectors import projects_visible_to
 
@@ -29,6 +29,7 @@ def test_after_the_migration_every_researcher_still_reaches_every_project_and_an
     projects[0].members.add(annotator, researchers[0])  # a researcher already a member stays one, once
 
     migrate_to(AFTER)
+    migrate_to_latest()  # the current models below read columns later migrations added
     from django.contrib.auth.models import User
 
     from webapp.annotation.models import Project
