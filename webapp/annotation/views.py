@@ -242,15 +242,18 @@ def project_edit(request: HttpRequest, project_id: int) -> HttpResponse:
 
 
 def _detail_context(request: HttpRequest, project: Project) -> dict:
+    # The jobs are read before the counts: a job that ends in between is then shown active, and its line's poll
+    # refreshes the cards when it sees the end; read after, it would show ended beside counts from before its end.
+    jobs, import_jobs = list(selectors.sampling_jobs(project)), list(selectors.import_jobs(project))
     return {
         "project": project,
         "guidelines_html": render_markdown(project.guidelines),
         "progress": selectors.project_progress(project),
         "data": selectors.project_data(project),
-        "jobs": selectors.sampling_jobs(project),
+        "jobs": jobs,
         "rounds": selectors.round_rows(project),
         "reward_runs": selectors.reward_model_runs(request.user),
-        "import_jobs": selectors.import_jobs(project),
+        "import_jobs": import_jobs,
         "import_form": ImportForm(),
         "sampling_form": SamplingForm(initial={"responses_per_prompt": project.responses_per_item}, user=request.user,
                                       rounds=list(selectors.project_rounds(project))),
