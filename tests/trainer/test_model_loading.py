@@ -2,6 +2,7 @@ import time
 
 import pytest
 
+from trainer.modeling import models
 from trainer.modeling.models import (
     ModelLoadError,
     load_policy,
@@ -28,6 +29,23 @@ def test_unknown_hub_id_fails_quickly_and_clearly_offline():
         load_tokenizer("preflab-none/no-such-model")
     # a bound against hub retry loops (minutes), not a speed figure: loaded CI machines take tens of seconds
     assert time.perf_counter() - started < 120
+
+
+def test_an_unreachable_hub_is_said_and_not_retried(monkeypatch):
+    """With the hub out of reach (HF_HUB_OFFLINE here; a host name that does not resolve on a machine without a
+    network), an id not in the local cache is refused at once, saying why, not after huggingface_hub's retries."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ModelLoadError, match=r"cannot load the tokenizer from 'preflab-none/no-such-model': the model "
+                       r"hub cannot be reached \(HF_HUB_OFFLINE is set\) and .* not in the local hub cache"):
+        load_tokenizer("preflab-none/no-such-model")
+
+
+def test_the_hub_check_names_a_host_that_does_not_resolve(monkeypatch):
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", "https://preflab-no-such-host.invalid")
+    monkeypatch.setattr(models, "_hub_checked", None)
+    assert models.hub_unreachable().startswith("preflab-no-such-host.invalid does not resolve")
+    monkeypatch.setattr(models, "_hub_checked", None)
 
 
 def test_loaders_give_the_right_heads_and_modes(tiny_model):

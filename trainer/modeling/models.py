@@ -12,10 +12,13 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import socket
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import torch
 from torch import Tensor, nn
@@ -145,11 +148,44 @@ def check_model_path(path: str) -> None:
         raise ModelLoadError(f"{directory} holds no model: config.json is missing (expected a save_pretrained directory)")
 
 
+# How long a finding that the hub cannot be reached holds before it is checked again (a network may come back).
+HUB_CHECK_SECONDS = 60.0
+_hub_checked: tuple[float, str | None] | None = None
+
+
+def hub_unreachable() -> str | None:
+    """Why the model hub cannot be reached from here (its host name does not resolve), or None. Without this,
+    huggingface_hub retries each request five times with back-off on a machine without a network: 46 s to
+    refuse an unknown id. Checked at most once a minute; HF_HUB_OFFLINE=1 says it outright."""
+    global _hub_checked
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
+        return "HF_HUB_OFFLINE is set"
+    now = time.monotonic()
+    if _hub_checked is not None and now - _hub_checked[0] < HUB_CHECK_SECONDS:
+        return _hub_checked[1]
+    host = urlsplit(os.environ.get("HF_ENDPOINT") or "https://huggingface.co").hostname or "huggingface.co"
+    try:
+        socket.getaddrinfo(host, 443)
+        reason = None
+    except OSError as error:
+        reason = f"{host} does not resolve: {error}"
+    _hub_checked = (now, reason)
+    return reason
+
+
 def _from_pretrained(loader, path: str, what: str, **kwargs):
     check_model_path(path)
+    offline = None if looks_local(path) else hub_unreachable()
+    if offline:
+        kwargs["local_files_only"] = True
     try:
         return loader.from_pretrained(str(Path(path).expanduser()) if looks_local(path) else path, **kwargs)
     except (OSError, ValueError) as error:
+        if offline:
+            raise ModelLoadError(
+                f"cannot load the {what} from {path!r}: the model hub cannot be reached ({offline}) and {path!r} is "
+                "not in the local hub cache (HF_HOME); download it where the hub is reachable, or give the "
+                "directory a save_pretrained wrote") from error
         raise ModelLoadError(f"cannot load the {what} from {path!r}: {error}") from error
 
 
