@@ -53,6 +53,9 @@ def test_the_own_loop_script(live_server, api_token, tmp_path):
     assert list(stored_metrics(run.pk)) == list(range(1, 101))
 
 
+# `slow`: a process of its own importing transformers (and TRL); test_report_to_preflab.py runs the same
+# trainers in CI
+@pytest.mark.slow
 def test_the_trainer_script_with_report_to_preflab(live_server, api_token, tmp_path, tiny_model_dir):
     run_script("trainer", live_server=live_server, api_token=api_token, tmp_path=tmp_path, model_dir=tiny_model_dir)
     run = Run.objects.get(kind="external")
@@ -63,6 +66,9 @@ def test_the_trainer_script_with_report_to_preflab(live_server, api_token, tmp_p
     assert stored[3]["eval/loss"] == run.summary["eval/loss"]  # the evaluation after train(), in the run
 
 
+# `slow`: a process of its own importing transformers (and TRL); test_report_to_preflab.py runs the same
+# trainers in CI
+@pytest.mark.slow
 def test_the_trl_script_with_report_to_preflab(live_server, api_token, tmp_path, tiny_model_dir):
     run_script("trl", live_server=live_server, api_token=api_token, tmp_path=tmp_path, model_dir=tiny_model_dir)
     run = Run.objects.get(kind="external")
