@@ -40,7 +40,7 @@ from preflab_client.outbox import (
     honest_finish,
     outbox_root,
 )
-from preflab_client.values import NotANumber, metric_value, plain_json, storable_text
+from preflab_client.values import NotANumber, metric_value, storable_text
 
 logger = logging.getLogger("preflab_client")
 
@@ -132,13 +132,9 @@ class OfflineRun:
     def update(self, *, summary: Mapping[str, Any] | None = None, config: Mapping[str, Any] | None = None,
                tags: Iterable[str] | None = None) -> None:
         """As ExternalRun.update: written to the journal after the rows logged before it, sent by the sync."""
-        body: dict[str, Any] = {}
-        if summary:
-            body["summary"] = plain_json(dict(summary))
-        if config:
-            body["config"] = plain_json(dict(config))
-        if tags is not None:
-            body["tags"] = [str(tag) for tag in tags]
+        from preflab_client.runs import update_body
+
+        body = update_body(summary=summary, config=config, tags=tags)
         if body and not self._finished:
             self._flush(then=[{"kind": "update", "body": body}])
 

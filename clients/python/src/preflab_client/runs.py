@@ -186,13 +186,7 @@ class ExternalRun:
         logged before it, kept in the journal like them. Never raises. `run.summary[...] = ...`,
         `run.config.update(...)` and `run.tags = ...` call this."""
         try:
-            body: dict[str, Any] = {}
-            if summary:
-                body["summary"] = plain_json(dict(summary))
-            if config:
-                body["config"] = plain_json(dict(config))
-            if tags is not None:
-                body["tags"] = [str(tag) for tag in tags]
+            body = update_body(summary=summary, config=config, tags=tags)
             if not body:
                 return
             with self._lock:
@@ -483,6 +477,19 @@ class RunFields(dict):
         if key not in self:
             self[key] = default
         return self[key]
+
+
+def update_body(*, summary: Mapping[str, Any] | None, config: Mapping[str, Any] | None,
+                tags: Iterable[str] | None) -> dict[str, Any]:
+    """The body of an "update" request (POST /runs/{id}/update); empty when there is nothing to change."""
+    body: dict[str, Any] = {}
+    if summary:
+        body["summary"] = plain_json(dict(summary))
+    if config:
+        body["config"] = plain_json(dict(config))
+    if tags is not None:
+        body["tags"] = [str(tag) for tag in tags]
+    return body
 
 
 def _step_number(step: Any) -> int:
