@@ -23,6 +23,11 @@ class Project(models.Model):
     responses_per_item = models.PositiveSmallIntegerField(default=4)
     annotators_per_item = models.PositiveSmallIntegerField(default=1, help_text="Overlap: rankings wanted per item.")
     lease_minutes = models.PositiveSmallIntegerField(default=30)
+    # The ratings mode's aspects, each rated on the scale below: [{"name": "helpfulness", "description": "..."}],
+    # names unique; empty for other modes (a ratings project without aspects has one, "overall").
+    rating_aspects = models.JSONField(default=list, blank=True)
+    rating_min = models.SmallIntegerField(default=1)
+    rating_max = models.SmallIntegerField(default=5)
     # Who reaches the project (selectors.projects_visible_to): its owner, who created it (empty for a project made
     # before owners were recorded, or whose owner's account was removed), and its members: annotators annotate it,
     # researchers among them see and manage it as its owner does. Admins reach every project.
@@ -39,6 +44,8 @@ class Project(models.Model):
             models.CheckConstraint(condition=models.Q(responses_per_item__gte=2), name="project_two_responses_or_more"),
             models.CheckConstraint(condition=models.Q(annotators_per_item__gte=1), name="project_overlap_positive"),
             models.CheckConstraint(condition=models.Q(lease_minutes__gte=1), name="project_lease_positive"),
+            models.CheckConstraint(condition=models.Q(rating_max__gt=models.F("rating_min")),
+                                   name="project_rating_scale_ordered"),
         ]
 
     def __str__(self) -> str:
@@ -167,6 +174,59 @@ class Ranking(models.Model):
 
     def __str__(self) -> str:
         return f"ranking {self.pk} of prompt {self.prompt_id} by {self.annotator_id}"
+
+
+class ResponseLabel(models.Model):
+    """One label on one response: a thumb (aspect "", value 1.0 up or 0.0 down) or a rating on one of the project's
+    aspects (value on its scale). Given in an annotator's answer (`ranking` set: the Ranking row is the answer's
+    envelope, with its assignment, skip, rationale and time; its tiers are empty in the thumbs and ratings modes) or
+    imported (`ranking` and `annotator` null, `external_annotator` the file's name for who gave it, if any)."""
+
+    THUMB = ""  # the aspect of a thumb
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="labels")
+    prompt = models.ForeignKey(Prompt, on_delete=models.CASCADE, related_name="labels")
+    response = models.ForeignKey(Response, on_delete=models.CASCADE, related_name="labels")
+    ranking = models.ForeignKey(Ranking, null=True, blank=True, on_delete=models.CASCADE, related_name="labels")
+    annotator = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                  related_name="+")
+    external_annotator = models.CharField(max_length=200, blank=True)
+    aspect = models.CharField(max_length=100, blank=True)
+    value = models.FloatField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.UniqueConstraint(fields=["ranking", "response", "aspect"], name="label_once_per_answer",
+                                    condition=models.Q(ranking__isnull=False)),
+        ]
+        indexes = [models.Index(fields=["project", "prompt"], name="label_project_prompt_idx")]
+
+    def __str__(self) -> str:
+        return f"label {self.aspect or 'thumb'}={self.value:g} on response {self.response_id}"
+
+
+class Suggestion(models.Model):
+    """A machine's suggested answer to one question of an item, never an annotator's: imported (Argilla's
+    `<question>.suggestion`, `.suggestion.score`, `.suggestion.agent`) or computed by a job. `question` names
+    what it answers ("ranking", "thumb", an aspect, or the imported question's name); `value` is that answer as
+    the question takes it (tiers, 1/0, a rating, a label)."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="suggestions")
+    prompt = models.ForeignKey(Prompt, on_delete=models.CASCADE, related_name="suggestions")
+    response = models.ForeignKey(Response, null=True, blank=True, on_delete=models.CASCADE, related_name="suggestions")
+    question = models.CharField(max_length=200)
+    value = models.JSONField()
+    score = models.FloatField(null=True, blank=True)
+    agent = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"suggestion for {self.question} of prompt {self.prompt_id} by {self.agent or 'unknown'}"
 
 
 class PreferencePair(models.Model):
