@@ -51,6 +51,14 @@ class Project(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    @property
+    def aspects(self) -> list[dict[str, str]]:
+        """The aspects a ratings answer rates, each {name, description}: the project's, else the one "overall"."""
+        return list(self.rating_aspects) or [dict(DEFAULT_RATING_ASPECT)]
+
+
+DEFAULT_RATING_ASPECT = {"name": "overall", "description": "How good the response is, all things considered."}
+
 
 class Round(models.Model):
     """One batch of responses added to a project's prompts: a sampling job's, or responses added through the API.
