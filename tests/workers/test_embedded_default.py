@@ -82,7 +82,7 @@ def test_run_command_serves_login_and_round_trips_a_task_through_a_real_worker(t
         assert worker_pid not in {serve.pid, os.getpid()}
     finally:
         serve.send_signal(signal.SIGINT)  # what Ctrl-C sends
-        serve.wait(timeout=30)
+        _wait_for_exit(serve, log)
     terminal = log.read_text()
     assert "stopping" in terminal
 
@@ -113,6 +113,26 @@ def _descendants(pid: int) -> set[int]:
     return found
 
 
+def _wait_for_exit(serve: subprocess.Popen, log: Path, timeout_s: float = 30) -> None:
+    """Wait for serve to exit; if it does not, kill it and what it started, and fail showing what was still running
+    and its terminal (a stop that hangs must say where)."""
+    try:
+        serve.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        left = {pid: _command_line(pid) for pid in [serve.pid, *_descendants(serve.pid)] if _alive(pid)}
+        for pid in left:
+            os.kill(pid, signal.SIGKILL)
+        raise AssertionError(f"serve still running {timeout_s:.0f} s after its signal; alive: {left}\n"
+                             f"{log.read_text()}") from None
+
+
+def _command_line(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:200]
+    except OSError:
+        return "?"
+
+
 def _alive(pid: int) -> bool:
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
@@ -135,7 +155,7 @@ def test_serve_stopped_by_a_signal_leaves_no_process_behind(tmp_path, stop_signa
         children = _descendants(serve.pid)
         assert len(children) >= 3, f"expected the web server and two workers under serve, found {children}"
         serve.send_signal(stop_signal)
-        serve.wait(timeout=30)
+        _wait_for_exit(serve, log)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and any(_alive(pid) for pid in children):
             time.sleep(0.2)

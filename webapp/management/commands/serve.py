@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -83,7 +84,7 @@ class Command(BaseCommand):
         except (KeyboardInterrupt, StopRequested):
             self.stdout.write("stopping…")
         finally:
-            _stop([item.process for item in started])
+            _stop(started, lambda line: self.stderr.write(line))
 
     def _start(self, name: str, command: list[str], log_dir: Path) -> Started:
         # On Linux each child is sent SIGTERM when serve dies, even by SIGKILL: no orphan keeps the port or the GPU
@@ -154,13 +155,23 @@ def _answers(url: str) -> bool:
         return False
 
 
-def _stop(processes: list[subprocess.Popen]) -> None:
-    for process in processes:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + 15
-    for process in processes:
+STOP_GRACE_S = 15.0
+
+
+def _stop(started: list[Started], say: Callable[[str], None]) -> None:
+    """SIGTERM to every process, then SIGKILL to those still running after STOP_GRACE_S (a worker finishing a
+    task), saying which, so that a slow Ctrl-C is explained rather than silent."""
+    began = time.monotonic()
+    for item in started:
+        if item.process.poll() is None:
+            item.process.send_signal(signal.SIGTERM)
+    deadline = began + STOP_GRACE_S
+    for item in started:
         try:
-            process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            item.process.wait(timeout=max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            process.kill()
+            item.process.kill()
+            say(f"{item.name} had not stopped {STOP_GRACE_S:.0f} s after SIGTERM: killed (see {item.log_path})")
+    took = time.monotonic() - began
+    if took > 5:
+        say(f"stopped in {took:.1f} s")
