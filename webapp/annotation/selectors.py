@@ -24,12 +24,14 @@ from webapp.annotation.models import (
     Prompt,
     Ranking,
     Response,
+    ResponseLabel,
     RewardScore,
     Round,
     RoundScoring,
     SamplingJob,
 )
 from webapp.annotation.modes import annotation_mode
+from webapp.annotation.modes.base import Labels
 from webapp.annotation.preferences import LEFT_OUT_TEXT_REGEX, ranking_pairs
 from webapp.text import BLANK_TEXT_REGEX, is_blank
 
@@ -235,6 +237,16 @@ def reopened_answer(*, assignment: Assignment) -> Ranking | None:
     return Ranking.objects.filter(assignment=assignment).first()
 
 
+def answer_labels(*, ranking_id: int) -> Labels:
+    """The labels of one answer in a labels mode (thumbs, ratings): response id -> aspect -> value."""
+    labels: Labels = {}
+    for response, aspect, value in ResponseLabel.objects.filter(ranking_id=ranking_id).values_list(
+        "response_id", "aspect", "value"
+    ):
+        labels.setdefault(response, {})[aspect] = value
+    return labels
+
+
 def response_texts(*, prompt_id: int) -> dict[int, str]:
     """The prompt's responses' texts by id: what `preferences.ranking_pairs` reads beside a ranking's tiers."""
     return dict(Response.objects.filter(prompt_id=prompt_id).values_list("id", "text"))
@@ -406,9 +418,11 @@ def ranking_count(*, project_id: int) -> int:
 
 
 def ranking_rows(*, project_id: int) -> Iterator[dict]:
-    """The raw rankings: tiers of response texts (best first) with ids, flags, rationale and time."""
+    """The raw answers: tiers of response texts (best first) with ids, or in the thumbs and ratings modes their
+    labels (tiers empty), with flags, rationale and time."""
     rankings = (
         Ranking.objects.filter(prompt__project_id=project_id).select_related("prompt", "annotator").order_by("id")
+        .prefetch_related(Prefetch("labels", queryset=ResponseLabel.objects.order_by("id")))
     )
     chat_sampled = chat_sampled_prompt_ids(project_id=project_id)
     for ranking in rankings.iterator(chunk_size=500):
@@ -420,6 +434,8 @@ def ranking_rows(*, project_id: int) -> Iterator[dict]:
                                  chat_sampled=ranking.prompt_id in chat_sampled),
             "annotator": ranking.annotator.get_username(),
             "tiers": [[{"response_id": rid, "text": texts[rid]} for rid in tier] for tier in ranking.tiers],
+            "labels": [{"response_id": label.response_id, "text": texts[label.response_id], "aspect": label.aspect,
+                        "value": label.value} for label in ranking.labels.all()],
             "all_bad": ranking.all_bad,
             "skipped": ranking.skipped,
             "rationale": ranking.rationale,

@@ -30,6 +30,8 @@ from webapp.annotation.services.projects import (
     guidelines_check,
     project_create,
     project_update,
+    rating_aspects_check,
+    rating_scale_check,
 )
 from webapp.annotation.services.queue import (
     assignment_lease_next,
@@ -74,6 +76,8 @@ __all__ = [
     "guidelines_check",
     "project_create",
     "project_update",
+    "rating_aspects_check",
+    "rating_scale_check",
     "IMPORT_CHUNK",
     "IMPORT_CHUNK_CHARS",
     "IMPORT_ERROR_MAX_CHARS",
