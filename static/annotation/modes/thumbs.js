@@ -29,22 +29,17 @@ window.preflabAnnotation.register("thumbs", (page) => {
     page.remember();
     input(card).value = value;
     page.refresh();
-    if (at < cards().length - 1) { show(at + 1); return; }
-    const missing = unlabelled();
-    if (missing.length) {
-      show(cards().indexOf(missing[0]));
-      page.showError(`Give every response a thumb first (${missing.map((other) => other.dataset.letter).join(", ")} has none).`);
-      return;
-    }
-    page.send();
+    if (at < cards().length - 1) show(at + 1);
+    else if (ready()) page.send();
   }
 
-  // True when the item may be sent; otherwise says which response lacks its thumb and shows it.
+  // True when the item may be sent; otherwise says which responses lack their thumb and shows the first.
   function ready() {
     const missing = unlabelled();
     if (!missing.length) return true;
-    page.showError(`Give every response a thumb first (${missing.map((card) => card.dataset.letter).join(", ")} has none).`);
     show(cards().indexOf(missing[0]));
+    const letters = missing.map((card) => card.dataset.letter).join(", ");
+    page.showError(`Give every response a thumb first (${letters} ${missing.length === 1 ? "has" : "have"} none).`);
     return false;
   }
 
