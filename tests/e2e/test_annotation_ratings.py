@@ -5,7 +5,7 @@ checked, aspect by aspect."""
 import pytest
 
 from tests.e2e.annotating import wait_ranked
-from tests.e2e.conftest import log_in
+from tests.e2e.conftest import assert_no_problem, log_in
 from tests.webapp.annotation.factories import make_project
 from webapp.annotation import services
 from webapp.annotation.models import Project, Ranking, ResponseLabel
@@ -16,7 +16,8 @@ ASPECTS = [{"name": "helpfulness", "description": "Does it answer the question?"
            {"name": "honesty", "description": "Does it say only what is true?"}]
 
 
-def test_an_item_rated_on_two_aspects_by_keys_alone(page, live_server, annotator):
+def test_an_item_rated_on_two_aspects_by_keys_alone(watched_page, live_server, annotator):
+    page = watched_page  # every violation of the Content-Security-Policy and console error kept
     project = make_project(items=2, responses=2, members=[annotator], mode=Project.Mode.RATINGS)
     services.project_update(project=project, members=[annotator], rating_aspects=ASPECTS, rating_min=1, rating_max=10)
     log_in(page, live_server, "abel", "abel-password-1")
@@ -45,3 +46,4 @@ def test_an_item_rated_on_two_aspects_by_keys_alone(page, live_server, annotator
     page.keyboard.press("?")
     assert "rate the focused box" in page.inner_text("#keys-dialog")
     assert page.js_errors == [] and page.http_errors == []
+    assert_no_problem(page)

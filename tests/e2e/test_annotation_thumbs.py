@@ -4,6 +4,7 @@ is submitted; the thumb on the last response submits. The ResponseLabel rows wri
 import pytest
 
 from tests.e2e.annotating import open_annotation, wait_ranked
+from tests.e2e.conftest import assert_no_problem
 from tests.webapp.annotation.factories import make_project
 from webapp.annotation.models import Project, Ranking, ResponseLabel
 
@@ -20,7 +21,8 @@ def _visible(page) -> list[int]:
         "cards => cards.map(card => card.dataset.responseId)")]
 
 
-def test_two_items_thumbed_by_keys_alone(page, live_server, annotator):
+def test_two_items_thumbed_by_keys_alone(watched_page, live_server, annotator):
+    page = watched_page  # every violation of the Content-Security-Policy and console error kept
     project = make_project(items=2, responses=3, members=[annotator], mode=Project.Mode.THUMBS)
     open_annotation(page, live_server, project)
     a, b, c = _shown(page)
@@ -62,3 +64,4 @@ def test_two_items_thumbed_by_keys_alone(page, live_server, annotator):
     page.keyboard.press("?")
     assert "thumb up for the response shown" in page.inner_text("#keys-dialog")
     assert page.js_errors == [] and page.http_errors == []
+    assert_no_problem(page)
