@@ -52,6 +52,9 @@ class ProjectForm(forms.ModelForm):
         # no maxlength on the box: a browser would cut a longer paste short without a word
         self.fields["guidelines"].help_text = (f"Markdown, shown to annotators on every annotate page (G). At most "
                                                f"{GUIDELINES_MAX_CHARS:,} characters.")
+        # only the ratings mode reads the scale: a form sent without it keeps the project's (the default 1-5)
+        for name in ("rating_min", "rating_max"):
+            self.fields[name].required = False
         if self.instance.pk and not self.is_bound:
             self.initial["rating_aspects"] = "\n".join(
                 f"{aspect['name']}: {aspect['description']}" if aspect.get("description") else aspect["name"]
@@ -72,6 +75,14 @@ class ProjectForm(forms.ModelForm):
             return rating_aspects_check(aspects)
         except ValidationError as error:
             raise forms.ValidationError(error.message_dict["rating_aspects"]) from None
+
+    def clean_rating_min(self) -> int:
+        value = self.cleaned_data["rating_min"]
+        return self.instance.rating_min if value is None else value
+
+    def clean_rating_max(self) -> int:
+        value = self.cleaned_data["rating_max"]
+        return self.instance.rating_max if value is None else value
 
     def clean(self) -> dict:
         cleaned = super().clean()
