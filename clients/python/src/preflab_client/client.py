@@ -232,6 +232,20 @@ class Client:
             body["rationale"] = rationale
         return self.post(f"items/{item_id}/ranking", body)
 
+    def submit_labels(self, item_id: int, labels: Mapping[int, float | Mapping[str, float]],
+                      rationale: str | None = None) -> dict:
+        """Label an item of a thumbs or ratings project as this token's user, as the annotation page does: thumbs
+        {response id: 1 (up) or 0 (down)}, ratings {response id: {aspect: rating}}, every response shown (and
+        aspect). The same answer again writes nothing (`changed` False); a different one replaces yours.
+        → {id, item, labels: [{response, aspect, value}], rationale, changed, ...}."""
+        rows = [{"response": response, "aspect": aspect, "value": value}
+                for response, given in labels.items()
+                for aspect, value in (given.items() if isinstance(given, Mapping) else [("", given)])]
+        body: dict[str, Any] = {"labels": rows}
+        if rationale is not None:
+            body["rationale"] = rationale
+        return self.post(f"items/{item_id}/ranking", body)
+
     def pairs(self, project_id: int, *, format: str | None = "standard", strategy: str = "all",
               aggregation: str = "all") -> Iterator[dict]:
         """Every preference pair as TRL rows, streamed as JSON lines from the server. format: "standard",
