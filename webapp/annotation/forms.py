@@ -8,7 +8,12 @@ from webapp.annotation.aggregation import ANNOTATOR_PREFIX, AggregationError, ag
 from webapp.annotation.importing import FORMATS
 from webapp.annotation.models import GENERATION_SETTING_BOUNDS, Project, Round
 from webapp.annotation.preferences import STRATEGIES
-from webapp.annotation.services import guidelines_check, rating_aspects_check, rating_scale_check
+from webapp.annotation.services import (
+    guidelines_check,
+    mode_change_check,
+    rating_aspects_check,
+    rating_scale_check,
+)
 from webapp.experiments.models import ModelRef
 from webapp.experiments.selectors import models_offered
 from webapp.text_bounds import GUIDELINES_MAX_CHARS
@@ -59,6 +64,15 @@ class ProjectForm(forms.ModelForm):
             self.initial["rating_aspects"] = "\n".join(
                 f"{aspect['name']}: {aspect['description']}" if aspect.get("description") else aspect["name"]
                 for aspect in self.instance.rating_aspects)
+
+    def clean_mode(self) -> str:
+        mode = self.cleaned_data["mode"]
+        try:
+            mode_change_check(self.instance, mode)
+        except ValidationError as error:
+            message = error.message_dict["mode"][0]
+            raise forms.ValidationError(message[:1].upper() + message[1:] + ".") from None
+        return mode
 
     def clean_rating_aspects(self) -> list[dict[str, str]]:
         """One aspect a line, "name: description"; blank lines are left out."""

@@ -101,3 +101,17 @@ def test_the_api_takes_labels_in_a_labels_mode_and_says_what_to_send(annotator, 
     ranked = make_project(items=1, responses=2, members=[annotator], name="Ranked")
     refused = api.post(f"/items/{ranked.prompts.get().pk}/ranking", body)
     assert refused.status_code == 422 and "mode is ranking; send a ranking, not labels" in refused.json()["detail"]
+
+
+def test_a_project_with_answers_keeps_a_mode_that_reads_them(researcher_client, researcher, annotator):
+    project = make_project(items=1, responses=2, members=[annotator], owner=researcher)
+    lease = services.assignment_lease_next(project=project, annotator=annotator)
+    services.ranking_submit(assignment_id=lease.pk, annotator=annotator,
+                            tiers=[[r.pk] for r in responses_shown(prompt=lease.prompt, annotator=annotator)])
+    form = {**FORM, "name": project.name, "mode": "thumbs"}
+    refused = researcher_client.post(f"/projects/{project.pk}/edit/", form)
+    assert refused.status_code == 200 and Project.objects.get().mode == "ranking"
+    assert refused.context["form"].errors["mode"] == [
+        "The project holds 1 answer in the ranking mode, which the thumbs mode cannot read; make a new project for it."]
+    assert researcher_client.post(f"/projects/{project.pk}/edit/", {**form, "mode": "pairwise"}).status_code == 302
+    assert Project.objects.get().mode == "pairwise"  # tiers both: pairwise reads a ranking's answers

@@ -28,6 +28,7 @@ from webapp.annotation.services.imports import (
 )
 from webapp.annotation.services.projects import (
     guidelines_check,
+    mode_change_check,
     project_create,
     project_update,
     rating_aspects_check,
@@ -74,6 +75,7 @@ __all__ = [
     "ApiRankingResult",
     "api_ranking_submit",
     "guidelines_check",
+    "mode_change_check",
     "project_create",
     "project_update",
     "rating_aspects_check",

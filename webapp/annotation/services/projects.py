@@ -6,7 +6,8 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
-from webapp.annotation.models import Project
+from webapp.annotation.models import Project, Ranking
+from webapp.annotation.modes import annotation_mode
 from webapp.text_bounds import GUIDELINES_MAX_CHARS, length_problem
 
 
@@ -50,6 +51,8 @@ def project_create(
 def project_update(*, project: Project, members: Sequence[AbstractBaseUser], **fields: object) -> Project:
     if isinstance(fields.get("guidelines"), str):
         guidelines_check(fields["guidelines"])
+    if "mode" in fields:
+        mode_change_check(project, str(fields["mode"]))
     if "rating_aspects" in fields:
         fields["rating_aspects"] = rating_aspects_check(fields["rating_aspects"])
     rating_scale_check(fields.get("rating_min", project.rating_min), fields.get("rating_max", project.rating_max))
@@ -109,3 +112,17 @@ def rating_scale_check(rating_min: int, rating_max: int) -> None:
     if rating_max - rating_min + 1 > RATING_SCALE_VALUES_MAX:
         raise ValidationError({"rating_max": f"{rating_min}..{rating_max} has {rating_max - rating_min + 1} values; "
                                              f"at most {RATING_SCALE_VALUES_MAX}, one digit key each"})
+
+
+def mode_change_check(project: Project, mode: str) -> None:
+    """ValidationError naming the field when `project` holds answers and `mode` would read them as another kind of
+    answer: tiers (ranking, pairwise) and labels (thumbs a thumb, ratings a rating per aspect) do not convert."""
+    if project.pk is None or mode == project.mode:
+        return
+    before, after = annotation_mode(project.mode), annotation_mode(mode)
+    same_kind = not before.gives_labels and not after.gives_labels
+    answers = Ranking.objects.filter(prompt__project=project, skipped=False).count()
+    if answers and not same_kind:
+        raise ValidationError({"mode": f"the project holds {answers} answer{'s' if answers != 1 else ''} in the "
+                                       f"{before.name} mode, which the {after.name} mode cannot read; make a new "
+                                       "project for it"})
