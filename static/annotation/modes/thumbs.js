@@ -6,6 +6,7 @@ window.preflabAnnotation.register("thumbs", (page) => {
 
   const { $, $$, cards } = page;
   const MARKS = { up: "👍 up", down: "👎 down" };
+  const SUMMARY = { up: "👍", down: "👎" };
   let at = 0; // the index of the response shown
 
   const input = (card) => $(".thumb-input", card);
@@ -49,6 +50,11 @@ window.preflabAnnotation.register("thumbs", (page) => {
       card.classList.toggle("ranked", Boolean(value));
       const mark = $(".thumb-mark", card);
       if (mark) mark.textContent = MARKS[value] || "";
+    });
+    $$("#thumb-summary [data-letter]", page.item()).forEach((entry, index) => {
+      const card = cards().find((other) => other.dataset.letter === entry.dataset.letter);
+      entry.textContent = `${entry.dataset.letter} ${SUMMARY[input(card)?.value] || "·"}`;
+      entry.classList.toggle("current", index === at);
     });
     const value = current() ? input(current())?.value : "";
     $$(".thumb-button", page.item()).forEach((button) => button.classList.toggle("selected", button.dataset.thumb === value));
