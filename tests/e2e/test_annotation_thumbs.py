@@ -1,5 +1,6 @@
 """Thumbs by keyboard alone: one response at a time, ↑/Y up and ↓/N down, ← back to a response of the item before it
-is submitted; the thumb on the last response submits. The ResponseLabel rows written are checked."""
+is submitted, U undoing a thumb; the thumb on the last response submits. The ResponseLabel rows written are
+checked."""
 
 import pytest
 
@@ -53,8 +54,10 @@ def test_two_items_thumbed_by_keys_alone(watched_page, live_server, annotator):
     page.keyboard.press("ArrowDown")
     page.keyboard.press("Enter")
     assert "Give every response a thumb first (B, C have none)" in page.inner_text("#item-error")
-    page.keyboard.press("ArrowDown")
-    page.keyboard.press("ArrowDown")
+    page.keyboard.press("u")           # undo: A has no thumb again, and is shown
+    assert _visible(page) == [a] and page.inner_text("#thumb-summary").split() == ["A", "·", "B", "·", "C", "·"]
+    for _ in range(3):
+        page.keyboard.press("ArrowDown")
     wait_ranked(page, 2)
     second = Ranking.objects.order_by("id").last()
     assert set(ResponseLabel.objects.filter(ranking=second).values_list("response_id", "value")) == {
