@@ -163,7 +163,8 @@ class Client:
 
     def create_project(self, name: str, **fields: Any) -> dict:
         """fields: guidelines, mode (one of the server's annotation modes: ProjectIn.mode in its OpenAPI schema),
-        responses_per_item, annotators_per_item, lease_minutes."""
+        responses_per_item, annotators_per_item, lease_minutes; for the ratings mode rating_aspects ([{name,
+        description}]), rating_min and rating_max."""
         return self.post("projects", {"name": name, **fields})
 
     def project(self, project_id: int) -> dict:
