@@ -18,6 +18,8 @@
   const cards = () => (item ? $$(".response", item) : []);
   const form = () => (item ? $("#item-form", item) : null);
   const mode = () => modes[item?.dataset.mode] || {};
+  // where the focus goes on a fresh item and when a box is left: the mode's choice, else the first response
+  const home = () => mode().home?.() || cards()[0];
 
   function snapshot() {
     return {
@@ -210,7 +212,7 @@
     $$(".choice", item).forEach((button) => button.addEventListener("click", () => choose(button.dataset.choice)));
     $("#undo-button", item)?.addEventListener("click", undo);
     mode().setUp?.();
-    cards()[0]?.focus();
+    home()?.focus();
   }
 
   function undo() {
@@ -230,7 +232,7 @@
     const keyed = mode().keyedInputs; // the mode's boxes that take the page's keys (a rank box takes digits)
     const typing = event.target.closest?.(`textarea, input:not([type=checkbox])${keyed ? `:not(${keyed})` : ""}`);
     if (typing) {
-      if (event.key === "Escape") { event.target.blur(); cards()[0]?.focus(); }
+      if (event.key === "Escape") { event.target.blur(); home()?.focus(); }
       return;
     }
     // In a rank box Backspace deletes the digit, as anywhere one types.
@@ -272,7 +274,8 @@
 
   // A mode's script calls this with its name and a function of `page` giving its hooks, each optional:
   // setUp() binds its controls on a fresh item; key(event, focusedCard) handles a key first (true: handled);
-  // snapshot() / restore(state) carry its controls' state through undo; refresh() after a change; dropped(card)
+  // snapshot() / restore(state) carry its controls' state through undo; refresh() after a change; home() the element
+  // to focus on a fresh item and after Esc (the first response otherwise); dropped(card)
   // after a response is dragged to a new place (the page shows it there already); keyedInputs, a selector of its
   // inputs that are not for typing; choiceKeys, the keys that choose (and submit) one of its choice buttons:
   // {key: data-choice}.

@@ -8,7 +8,12 @@ from webapp.annotation.aggregation import ANNOTATOR_PREFIX, AggregationError, ag
 from webapp.annotation.importing import FORMATS
 from webapp.annotation.models import GENERATION_SETTING_BOUNDS, Project, Round
 from webapp.annotation.preferences import STRATEGIES
-from webapp.annotation.services import guidelines_check
+from webapp.annotation.services import (
+    guidelines_check,
+    mode_change_check,
+    rating_aspects_check,
+    rating_scale_check,
+)
 from webapp.experiments.models import ModelRef
 from webapp.experiments.selectors import models_offered
 from webapp.text_bounds import GUIDELINES_MAX_CHARS
@@ -24,9 +29,21 @@ class ProjectForm(forms.ModelForm):
                   "owner does.",
     )
 
+    rating_aspects = forms.CharField(
+        required=False, label="Rating aspects",
+        widget=forms.Textarea(attrs={"rows": 4, "placeholder": "helpfulness: Does it answer the question?\n"
+                                                               "honesty: Does it say only what is true?"}),
+        help_text="Ratings mode: one aspect a line, “name: description” (the description is shown to annotators). "
+                  "Left empty, responses are rated on one aspect, “overall”.",
+    )
+
     class Meta:
         model = Project
-        fields = ["name", "mode", "guidelines", "responses_per_item", "annotators_per_item", "lease_minutes", "members"]
+        fields = ["name", "mode", "guidelines", "responses_per_item", "annotators_per_item", "lease_minutes",
+                  "rating_aspects", "rating_min", "rating_max", "members"]
+        labels = {"rating_min": "Lowest rating", "rating_max": "Highest rating"}
+        help_texts = {"rating_max": "Ratings mode: the scale, within 0–10 and at most 10 values (one digit key "
+                                    "each; 0 gives 10 on a scale that reaches 10)."}
         widgets = {
             "guidelines": forms.Textarea(attrs={"rows": 6, "placeholder": "Markdown"}),
             # the browser refuses these before sending; the clean_ methods below say it when it does not
@@ -40,6 +57,57 @@ class ProjectForm(forms.ModelForm):
         # no maxlength on the box: a browser would cut a longer paste short without a word
         self.fields["guidelines"].help_text = (f"Markdown, shown to annotators on every annotate page (G). At most "
                                                f"{GUIDELINES_MAX_CHARS:,} characters.")
+        # only the ratings mode reads the scale: a form sent without it keeps the project's (the default 1-5)
+        for name in ("rating_min", "rating_max"):
+            self.fields[name].required = False
+        if self.instance.pk and not self.is_bound:
+            self.initial["rating_aspects"] = "\n".join(
+                f"{aspect['name']}: {aspect['description']}" if aspect.get("description") else aspect["name"]
+                for aspect in self.instance.rating_aspects)
+
+    def clean_mode(self) -> str:
+        mode = self.cleaned_data["mode"]
+        try:
+            mode_change_check(self.instance, mode)
+        except ValidationError as error:
+            message = error.message_dict["mode"][0]
+            raise forms.ValidationError(message[:1].upper() + message[1:] + ".") from None
+        return mode
+
+    def clean_rating_aspects(self) -> list[dict[str, str]]:
+        """One aspect a line, "name: description"; blank lines are left out."""
+        aspects = []
+        for number, line in enumerate(self.cleaned_data["rating_aspects"].splitlines(), start=1):
+            if not line.strip():
+                continue
+            name, _, description = line.partition(":")
+            if not name.strip():
+                raise forms.ValidationError(f"Line {number}: an aspect needs a name before the colon, "
+                                            "“name: description”.")
+            aspects.append({"name": name.strip(), "description": description.strip()})
+        try:
+            return rating_aspects_check(aspects)
+        except ValidationError as error:
+            raise forms.ValidationError(error.message_dict["rating_aspects"]) from None
+
+    def clean_rating_min(self) -> int:
+        value = self.cleaned_data["rating_min"]
+        return self.instance.rating_min if value is None else value
+
+    def clean_rating_max(self) -> int:
+        value = self.cleaned_data["rating_max"]
+        return self.instance.rating_max if value is None else value
+
+    def clean(self) -> dict:
+        cleaned = super().clean()
+        low, high = cleaned.get("rating_min"), cleaned.get("rating_max")
+        if low is not None and high is not None:
+            try:
+                rating_scale_check(low, high)
+            except ValidationError as error:
+                for field, messages in error.message_dict.items():
+                    self.add_error(field, [message[:1].upper() + message[1:] + "." for message in messages])
+        return cleaned
 
     def clean_guidelines(self) -> str:
         guidelines = self.cleaned_data["guidelines"]

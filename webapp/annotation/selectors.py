@@ -24,12 +24,14 @@ from webapp.annotation.models import (
     Prompt,
     Ranking,
     Response,
+    ResponseLabel,
     RewardScore,
     Round,
     RoundScoring,
     SamplingJob,
 )
 from webapp.annotation.modes import annotation_mode
+from webapp.annotation.modes.base import Labels
 from webapp.annotation.preferences import LEFT_OUT_TEXT_REGEX, ranking_pairs
 from webapp.text import BLANK_TEXT_REGEX, is_blank
 
@@ -72,7 +74,7 @@ def _in_annotators_order(responses: list[Response], *, prompt_id: int, annotator
 def items_for_annotator(*, project: Project, annotator: AbstractBaseUser) -> QuerySet[Prompt]:
     """Every item of the project offered for ranking, in id order, with its responses and `annotator`'s answer
     (`own_answers`, a list of at most one) fetched along: `item_responses_shown` gives what they are shown."""
-    answers = Ranking.objects.filter(annotator=annotator)
+    answers = Ranking.objects.filter(annotator=annotator).prefetch_related("labels")
     return (Prompt.objects.filter(project=project, annotatable=True).order_by("id")
             .prefetch_related(Prefetch("responses", queryset=Response.objects.order_by("id")),
                               Prefetch("rankings", queryset=answers, to_attr="own_answers")))
@@ -233,6 +235,16 @@ def reopened_answer(*, assignment: Assignment) -> Ranking | None:
     if assignment.status != Assignment.Status.LEASED:
         return None
     return Ranking.objects.filter(assignment=assignment).first()
+
+
+def answer_labels(*, ranking_id: int) -> Labels:
+    """The labels of one answer in a labels mode (thumbs, ratings): response id -> aspect -> value."""
+    labels: Labels = {}
+    for response, aspect, value in ResponseLabel.objects.filter(ranking_id=ranking_id).values_list(
+        "response_id", "aspect", "value"
+    ):
+        labels.setdefault(response, {})[aspect] = value
+    return labels
 
 
 def response_texts(*, prompt_id: int) -> dict[int, str]:
@@ -406,9 +418,11 @@ def ranking_count(*, project_id: int) -> int:
 
 
 def ranking_rows(*, project_id: int) -> Iterator[dict]:
-    """The raw rankings: tiers of response texts (best first) with ids, flags, rationale and time."""
+    """The raw answers: tiers of response texts (best first) with ids, or in the thumbs and ratings modes their
+    labels (tiers empty), with flags, rationale and time."""
     rankings = (
         Ranking.objects.filter(prompt__project_id=project_id).select_related("prompt", "annotator").order_by("id")
+        .prefetch_related(Prefetch("labels", queryset=ResponseLabel.objects.order_by("id")))
     )
     chat_sampled = chat_sampled_prompt_ids(project_id=project_id)
     for ranking in rankings.iterator(chunk_size=500):
@@ -420,6 +434,8 @@ def ranking_rows(*, project_id: int) -> Iterator[dict]:
                                  chat_sampled=ranking.prompt_id in chat_sampled),
             "annotator": ranking.annotator.get_username(),
             "tiers": [[{"response_id": rid, "text": texts[rid]} for rid in tier] for tier in ranking.tiers],
+            "labels": [{"response_id": label.response_id, "text": texts[label.response_id], "aspect": label.aspect,
+                        "value": label.value} for label in ranking.labels.all()],
             "all_bad": ranking.all_bad,
             "skipped": ranking.skipped,
             "rationale": ranking.rationale,
@@ -617,6 +633,8 @@ class ItemAnswer:
     ranks: list[int | None]
     rationale: str
     seconds: float
+    # in the thumbs and ratings modes: per response (the item's response order) its labels in words, "" for none
+    labels: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -629,10 +647,29 @@ class ItemDetail:
     disputed: bool
 
     @property
-    def rows(self) -> list[tuple[ItemResponse, list[int | None]]]:
-        """Per response, its rank by each annotator (columns in the order of `answers`)."""
-        return [(response, [answer.ranks[index] for answer in self.answers])
+    def rows(self) -> list[tuple[ItemResponse, list[int | str | None]]]:
+        """Per response, its rank (or its labels, in the thumbs and ratings modes) by each annotator (columns in the
+        order of `answers`)."""
+        return [(response, [(answer.labels[index] or None) if answer.labels else answer.ranks[index]
+                            for answer in self.answers])
                 for index, response in enumerate(self.responses)]
+
+
+def label_words(aspect: str, value: float) -> str:
+    """A label as the item page shows it: a thumb as 👍 / 👎, a rating as "aspect value"."""
+    if aspect == ResponseLabel.THUMB:
+        return "👍" if value >= 0.5 else "👎"
+    return f"{aspect} {value:g}"
+
+
+def _answer_label_words(prompt: Prompt) -> dict[tuple[int, int], str]:
+    """(answer id, response id) -> its labels in words, for the answers to `prompt` given in a labels mode."""
+    words: dict[tuple[int, int], list[str]] = defaultdict(list)
+    for ranking_id, response_id, aspect, value in ResponseLabel.objects.filter(
+        prompt=prompt, ranking__isnull=False
+    ).order_by("id").values_list("ranking_id", "response_id", "aspect", "value"):
+        words[(ranking_id, response_id)].append(label_words(aspect, value))
+    return {key: " · ".join(labels) for key, labels in words.items()}
 
 
 def item_detail(*, prompt: Prompt) -> ItemDetail:
@@ -644,6 +681,7 @@ def item_detail(*, prompt: Prompt) -> ItemDetail:
         for number, response in enumerate(prompt.responses.select_related("round").order_by("id"), start=1)
     ]
     rankings = list(prompt.rankings.select_related("annotator").order_by("annotator__username"))
+    labels = _answer_label_words(prompt) if annotation_mode(prompt.project.mode).gives_labels else {}
     answers = []
     for ranking in rankings:
         # An all-bad answer with everything in one tier ranks nothing: its cells say "all bad", not "1".
@@ -653,6 +691,7 @@ def item_detail(*, prompt: Prompt) -> ItemDetail:
             username=ranking.annotator.get_username(), skipped=ranking.skipped, all_bad=ranking.all_bad,
             ranks=[position.get(response.id) for response in responses], rationale=ranking.rationale,
             seconds=ranking.seconds_spent,
+            labels=[labels.get((ranking.pk, response.id), "") for response in responses] if labels else [],
         ))
     shared = {ranking.annotator.get_username(): ranking.tiers for ranking in rankings if not ranking.skipped}
     items = [shared] if len(shared) >= 2 else []

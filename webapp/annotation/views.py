@@ -76,7 +76,11 @@ def _answer_from_ranking(project: Project, ranking: Ranking, shown: list[int]) -
     """`shown`: the response ids in the order this annotator sees them (A first)."""
     if ranking.skipped:
         return _ShownAnswer(assignment_id=ranking.assignment_id, reopened=True, skipped=True)
-    entered = annotation_mode(project.mode).entered_from_ranking(ranking, shown)
+    mode = annotation_mode(project.mode)
+    if mode.gives_labels:
+        entered = mode.entered_from_labels(selectors.answer_labels(ranking_id=ranking.pk), shown)
+    else:
+        entered = mode.entered_from_ranking(ranking, shown)
     return _ShownAnswer(assignment_id=ranking.assignment_id, entered=entered, rationale=ranking.rationale,
                         reopened=True)
 
@@ -167,9 +171,14 @@ def _answer_item(request: HttpRequest, assignment_id: int, write: Callable[[Proj
 @annotator_required
 def annotate_submit(request: HttpRequest, assignment_id: int) -> HttpResponse:
     def submit(project: Project) -> object:
-        tiers, all_bad = annotation_mode(project.mode).tiers_from_post(request.POST)
+        mode = annotation_mode(project.mode)
+        if mode.gives_labels:
+            answer: dict = {"labels": mode.labels_from_post(request.POST)}
+        else:
+            tiers, all_bad = mode.tiers_from_post(request.POST)
+            answer = {"tiers": tiers, "all_bad": all_bad}
         return services.ranking_submit(
-            assignment_id=assignment_id, annotator=request.user, tiers=tiers, all_bad=all_bad,
+            assignment_id=assignment_id, annotator=request.user, **answer,
             rationale=request.POST.get("rationale", ""), seconds_spent=_seconds(request.POST),
         )
 

@@ -6,6 +6,7 @@ from datetime import datetime
 from typing import Literal
 
 from django.contrib.auth.models import User
+from django.core.exceptions import ValidationError
 from django.db import IntegrityError
 from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema
@@ -18,6 +19,13 @@ from webapp.accounts import services as account_services
 from webapp.annotation import selectors, services
 from webapp.annotation.models import Project
 from webapp.annotation.modes import DEFAULT_MODE, MODES
+from webapp.annotation.services.projects import (
+    ASPECT_DESCRIPTION_MAX_CHARS,
+    ASPECT_NAME_MAX_CHARS,
+    RATING_ASPECTS_MAX,
+    RATING_SCALE_HIGHEST,
+    RATING_SCALE_LOWEST,
+)
 from webapp.api.auth import researcher_only
 from webapp.api.schemas import NON_BLANK_TEXT, BodyIn, Detail, Page, PageQuery, WholeNumber, page_of
 from webapp.text_bounds import GUIDELINES_MAX_CHARS
@@ -29,6 +37,11 @@ SMALL_INT_MAX = 32767
 NAME_MAX_CHARS = Project._meta.get_field("name").max_length
 
 
+class Aspect(BodyIn):
+    name: str = Field(..., min_length=1, max_length=ASPECT_NAME_MAX_CHARS, json_schema_extra=NON_BLANK_TEXT)
+    description: str = Field("", max_length=ASPECT_DESCRIPTION_MAX_CHARS, description="Shown to annotators.")
+
+
 class ProjectOut(Schema):
     id: int
     name: str
@@ -36,6 +49,10 @@ class ProjectOut(Schema):
     guidelines: str
     responses_per_item: int
     annotators_per_item: int
+    rating_aspects: list[dict[str, str]] = Field(description="The ratings mode's aspects, {name, description} "
+                                                             "each (none: one, \"overall\").")
+    rating_min: int
+    rating_max: int
     created_at: datetime
 
 
@@ -51,6 +68,12 @@ class ProjectIn(BodyIn):
     responses_per_item: WholeNumber = Field(4, ge=2, le=SMALL_INT_MAX)
     annotators_per_item: WholeNumber = Field(1, ge=1, le=SMALL_INT_MAX)
     lease_minutes: WholeNumber = Field(30, ge=1, le=SMALL_INT_MAX)
+    rating_aspects: list[Aspect] = Field(default_factory=list, max_length=RATING_ASPECTS_MAX,
+                                         description="The ratings mode's aspects, names unique; none: one, "
+                                                     "\"overall\".")
+    rating_min: WholeNumber = Field(1, ge=RATING_SCALE_LOWEST, le=RATING_SCALE_HIGHEST)
+    rating_max: WholeNumber = Field(5, ge=RATING_SCALE_LOWEST, le=RATING_SCALE_HIGHEST,
+                                    description="Above rating_min, at most 10 values (one digit key each).")
 
     @field_validator("name")
     @classmethod
@@ -121,13 +144,18 @@ def project_list(request: HttpRequest, paging: Query[ProjectsQuery]) -> dict:
     return page_of(projects, paging=paging)
 
 
-@router.post("", response={201: ProjectOut, 409: Detail}, summary="Create a project")
+@router.post("", response={201: ProjectOut, 409: Detail, 422: Detail}, summary="Create a project",
+             openapi_extra={"responses": {422: {"description": "Besides the schema: rating_max above rating_min, "
+                                                "at most 10 values; aspects named once each."}}})
 @researcher_only
 def project_create(request: HttpRequest, payload: ProjectIn) -> Status:
     try:
         project = services.project_create(owner=request.auth, **payload.model_dump())
     except IntegrityError:
         raise HttpError(409, f"name: a project named {payload.name!r} exists already") from None
+    except ValidationError as error:
+        raise HttpError(422, "; ".join(f"{field}: {' '.join(messages)}"
+                                       for field, messages in error.message_dict.items())) from None
     return Status(201, project)
 
 

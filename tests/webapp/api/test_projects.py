@@ -25,7 +25,24 @@ def test_create_a_project(api):
     assert (project.responses_per_item, project.annotators_per_item, project.lease_minutes) == (2, 3, 10)
     body = response.json()
     assert body["id"] == project.pk and body["name"] == "Helpfulness" and body["mode"] == "pairwise"
-    assert set(body) == {"id", "name", "mode", "guidelines", "responses_per_item", "annotators_per_item", "created_at"}
+    assert set(body) == {"id", "name", "mode", "guidelines", "responses_per_item", "annotators_per_item",
+                         "rating_aspects", "rating_min", "rating_max", "created_at"}
+
+
+def test_create_a_ratings_project_with_its_aspects_and_scale(api):
+    response = api.post("/projects", {"name": "Rated", "mode": "ratings", "rating_min": 0, "rating_max": 9,
+                                      "rating_aspects": [{"name": "honesty", "description": "Only true things?"},
+                                                         {"name": "style"}]})
+    assert response.status_code == 201
+    project = Project.objects.get()
+    assert (project.mode, project.rating_min, project.rating_max) == ("ratings", 0, 9)
+    assert project.rating_aspects == response.json()["rating_aspects"] == [
+        {"name": "honesty", "description": "Only true things?"}, {"name": "style", "description": ""}]
+    for body, message in (({"rating_min": 4, "rating_max": 2}, "rating_max: the highest rating (2) must be above"),
+                          ({"rating_aspects": [{"name": "a"}, {"name": "a"}]}, "rating_aspects: aspect 2: 'a' is named")):
+        refused = api.post("/projects", {"name": "Other", "mode": "ratings", **body})
+        assert refused.status_code == 422 and refused.json()["detail"].startswith(message)
+    assert Project.objects.count() == 1
 
 
 def test_defaults_are_the_forms(api):
@@ -46,6 +63,8 @@ def test_defaults_are_the_forms(api):
     ({"name": "ok", "lease_minutes": 0}, "lease_minutes"),
     ({"name": "ok", "lease_minutes": 40000}, "lease_minutes"),
     ({"name": "ok", "guidelines": "\u0000"}, "guidelines"),
+    ({"name": "ok", "rating_max": 11}, "rating_max"),
+    ({"name": "ok", "rating_aspects": [{"name": " "}]}, "rating_aspects"),
 ])
 def test_refused_values_name_their_field_and_write_nothing(api, body, field):
     response = api.post("/projects", body)

@@ -38,9 +38,9 @@ EXAMPLES = int(os.environ.get("PREFLAB_SCHEMA_EXAMPLES", "8"))
 # the schema declares (and describes): a launch's or a fork's config is the trainer's (its fields depend on the
 # kind, its bounds on each other and on the data), a model path must exist under the model roots, a record is
 # checked as a row of the page's import, a checkpoint must be one of the run's, an external run's project_id must
-# name a project, a ranking must name the item's responses, an artifact's name is a file name. Every other
-# operation refuses only what its schema forbids.
-CHECKED_BEYOND_THE_SCHEMA = (r"^/api/v1/(runs|runs/external|runs/\{run_id\}/(fork|resume|update)|models"
+# name a project, a ranking must name the item's responses, an artifact's name is a file name, a project's rating
+# scale is ordered and its aspects named once. Every other operation refuses only what its schema forbids.
+CHECKED_BEYOND_THE_SCHEMA = (r"^/api/v1/(projects|runs|runs/external|runs/\{run_id\}/(fork|resume|update)|models"
                              r"|projects/\{project_id\}/records|items/\{item_id\}/ranking"
                              r"|runs/\{run_id\}/artifacts/\{name\})$")
 # schemathesis's positive_data_acceptance statuses (less 429 and 5xx, which never answer here), with that 422

@@ -28,8 +28,11 @@ from webapp.annotation.services.imports import (
 )
 from webapp.annotation.services.projects import (
     guidelines_check,
+    mode_change_check,
     project_create,
     project_update,
+    rating_aspects_check,
+    rating_scale_check,
 )
 from webapp.annotation.services.queue import (
     assignment_lease_next,
@@ -72,8 +75,11 @@ __all__ = [
     "ApiRankingResult",
     "api_ranking_submit",
     "guidelines_check",
+    "mode_change_check",
     "project_create",
     "project_update",
+    "rating_aspects_check",
+    "rating_scale_check",
     "IMPORT_CHUNK",
     "IMPORT_CHUNK_CHARS",
     "IMPORT_ERROR_MAX_CHARS",

@@ -1,4 +1,4 @@
-"""A ranking submitted through the API, as the token's user: the browser's own services underneath (an item is
+"""An answer (a ranking, or labels in the thumbs and ratings modes) submitted through the API, as the token's user: the browser's own services underneath (an item is
 leased to its annotator, then `ranking_submit`; a changed answer is reopened with `ranking_withdraw` first, as
 the page's Back does), so its pairs, counts and exports are exactly those of the same ranking made on the page."""
 
@@ -12,6 +12,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from webapp.annotation.models import Assignment, Prompt, Ranking
+from webapp.annotation.modes.base import Labels
+from webapp.annotation.selectors import answer_labels
 from webapp.annotation.services.queue import _others_holding
 from webapp.annotation.services.rankings import ranking_submit, ranking_withdraw
 
@@ -22,9 +24,13 @@ class ApiRankingResult:
     changed: bool  # False: the same answer was stored already, nothing was written
 
 
-def _same_answer(ranking: Ranking, tiers: Sequence[Sequence[int]], all_bad: bool, rationale: str) -> bool:
+def _same_answer(ranking: Ranking, tiers: Sequence[Sequence[int]], all_bad: bool, rationale: str,
+                 labels: Labels | None) -> bool:
     if ranking.skipped or ranking.all_bad != all_bad or ranking.rationale != rationale.strip():
         return False
+    if labels is not None:
+        return answer_labels(ranking_id=ranking.pk) == {response: {aspect: float(value) for aspect, value in given.items()}
+                          for response, given in labels.items()}
     if all_bad:
         return True
     given = [sorted(int(response) for response in tier) for tier in tiers if tier]
@@ -52,16 +58,17 @@ def _lease_for_api(prompt: Prompt, annotator: AbstractBaseUser) -> Assignment:
 
 
 def api_ranking_submit(
-    *, prompt_id: int, annotator: AbstractBaseUser, tiers: Sequence[Sequence[int]], all_bad: bool = False,
-    rationale: str = "",
+    *, prompt_id: int, annotator: AbstractBaseUser, tiers: Sequence[Sequence[int]] = (), all_bad: bool = False,
+    labels: Labels | None = None, rationale: str = "",
 ) -> ApiRankingResult:
-    """Store `annotator`'s ranking of the item (tiers of response ids, best first; a tier of several is a tie).
+    """Store `annotator`'s ranking of the item (tiers of response ids, best first; a tier of several is a tie),
+    or in a labels mode their labels ({response id: {aspect: value}}, as `ranking_submit` takes them).
     The same answer again writes nothing; a different one replaces the stored answer as the page's Back and
     submit do (within the project's lease time from the answer). All or nothing."""
     with transaction.atomic():
         prompt = Prompt.objects.select_for_update().select_related("project").get(pk=prompt_id)
         existing = Ranking.objects.filter(prompt=prompt, annotator=annotator).first()
-        if existing is not None and _same_answer(existing, tiers, all_bad, rationale):
+        if existing is not None and _same_answer(existing, tiers, all_bad, rationale, labels):
             return ApiRankingResult(existing, changed=False)
         if existing is not None:
             ranking_withdraw(ranking_id=existing.pk, annotator=annotator)
@@ -69,5 +76,5 @@ def api_ranking_submit(
         else:
             assignment_id = _lease_for_api(prompt, annotator).pk
         ranking = ranking_submit(assignment_id=assignment_id, annotator=annotator, tiers=tiers, all_bad=all_bad,
-                                 rationale=rationale)
+                                 labels=labels, rationale=rationale)
     return ApiRankingResult(ranking, changed=True)

@@ -1,4 +1,9 @@
-"""Rankings: submit, skip, withdraw, and the preference pairs a ranking yields."""
+"""Answers (Ranking rows): submit, skip, withdraw, and the preference pairs a ranking yields.
+
+Every mode's answer goes through `ranking_submit`: a tiers mode's (ranking, pairwise) is its tiers, from which pairs
+are derived; a labels mode's (thumbs, ratings) is a ResponseLabel per response (and aspect), the Ranking row being
+the answer's envelope (lease, overlap, Back, rationale, time) with empty tiers and no pairs.
+"""
 
 from collections.abc import Sequence
 from datetime import datetime, timedelta
@@ -9,7 +14,9 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from webapp.annotation.models import Assignment, PreferencePair, Project, Prompt, Ranking
+from webapp.annotation.models import Assignment, PreferencePair, Project, Prompt, Ranking, ResponseLabel
+from webapp.annotation.modes import annotation_mode
+from webapp.annotation.modes.base import Labels
 from webapp.annotation.preferences import ranking_pairs
 from webapp.annotation.selectors import rankings_with_pairs, response_texts, responses_shown
 from webapp.annotation.services.queue import _locked_assignment, _others_holding
@@ -39,13 +46,16 @@ def ranking_submit(
     *,
     assignment_id: int,
     annotator: AbstractBaseUser,
-    tiers: Sequence[Sequence[int]],
+    tiers: Sequence[Sequence[int]] = (),
     all_bad: bool = False,
+    labels: Labels | None = None,
     rationale: str = "",
     seconds_spent: float = 0.0,
 ) -> Ranking:
-    """Record a ranking (tiers of response ids, best first). On an item reopened by Back the new ranking replaces
-    the kept answer (its pairs too); otherwise submitting again returns the first ranking."""
+    """Record an answer: a ranking (tiers of response ids, best first) in a tiers mode, labels ({response id:
+    {aspect: value}}, checked by the project's mode) in a labels mode. On an item reopened by Back the new answer
+    replaces the kept one (its pairs or labels too); otherwise submitting again returns the first answer and
+    writes nothing."""
     if len(rationale) > RATIONALE_MAX_CHARS:
         raise ValidationError(
             f"rationale: {len(rationale):,} characters; at most {RATIONALE_MAX_CHARS:,} are kept. Shorten it and submit again."
@@ -58,9 +68,21 @@ def ranking_submit(
         if existing is not None and not _reopened(assignment, existing):
             return existing
         project = prompt.project
-        shown = {response.pk for response in responses_shown(prompt=prompt, annotator=annotator)}
-        # All bad: whatever ranks were filled in are ignored, every shown response is one tier and gives no pair.
-        cleaned = [sorted(shown)] if all_bad else _validated_tiers(tiers, shown)
+        mode = annotation_mode(project.mode)
+        order = [response.pk for response in responses_shown(prompt=prompt, annotator=annotator)]
+        shown = set(order)
+        cleaned_labels: Labels = {}
+        if mode.gives_labels:
+            if any(tiers) or all_bad:
+                raise ValidationError(f"this project's mode is {mode.name}: its answer is labels on the responses, "
+                                      "not a ranking")
+            cleaned_labels = mode.labels_check(labels or {}, project, order)
+            cleaned = []
+        elif labels:
+            raise ValidationError(f"this project's mode is {mode.name}: its answer is a ranking, not labels")
+        else:
+            # All bad: whatever ranks were filled in are ignored, every shown response is one tier and gives no pair.
+            cleaned = [sorted(shown)] if all_bad else _validated_tiers(tiers, shown)
         now = timezone.now()
         # A reopened ranking holds its place in the overlap already; a new ranking, or one replacing a skip, takes one.
         takes_a_place = existing is None or existing.skipped
@@ -77,19 +99,30 @@ def ranking_submit(
         if takes_a_place:
             Prompt.objects.filter(pk=prompt.pk).update(ranking_count=F("ranking_count") + 1)
         Assignment.objects.filter(pk=assignment.pk).update(status=Assignment.Status.SUBMITTED)
-        if not all_bad:
+        if mode.gives_labels:
+            _store_labels(ranking, project, cleaned_labels)
+        elif not all_bad:
             _store_pairs(ranking, project)
     return ranking
+
+
+def _store_labels(ranking: Ranking, project: Project, labels: Labels) -> None:
+    ResponseLabel.objects.bulk_create(
+        ResponseLabel(project=project, prompt_id=ranking.prompt_id, response_id=response, ranking=ranking,
+                      annotator_id=ranking.annotator_id, aspect=aspect, value=value)
+        for response, given in labels.items() for aspect, value in given.items()
+    )
 
 
 def _answer_store(
     assignment: Assignment, prompt: Prompt, annotator: AbstractBaseUser, existing: Ranking | None, answer: dict,
     now: datetime,
 ) -> Ranking:
-    """A new Ranking row, or the reopened one given the new answer in place (its old pairs removed)."""
+    """A new Ranking row, or the reopened one given the new answer in place (its old pairs and labels removed)."""
     if existing is None:
         return Ranking.objects.create(assignment=assignment, prompt=prompt, annotator=annotator, **answer)
     PreferencePair.objects.filter(ranking=existing).delete()
+    ResponseLabel.objects.filter(ranking=existing).delete()
     # created_at is when the answer was given: Back offers the latest, within the lease time from it.
     Ranking.objects.filter(pk=existing.pk).update(created_at=now, **answer)
     existing.refresh_from_db()
@@ -98,7 +131,7 @@ def _answer_store(
 
 def ranking_skip(*, assignment_id: int, annotator: AbstractBaseUser) -> Ranking:
     """Give the item back for others; it is not offered to this annotator again. On an item reopened by Back the
-    skip replaces the kept answer (its pairs too)."""
+    skip replaces the kept answer (its pairs or labels too)."""
     with transaction.atomic():
         assignment, prompt = _locked_assignment(assignment_id, annotator)
         existing = Ranking.objects.filter(prompt=prompt, annotator=annotator).first()

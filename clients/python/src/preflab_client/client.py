@@ -163,7 +163,8 @@ class Client:
 
     def create_project(self, name: str, **fields: Any) -> dict:
         """fields: guidelines, mode (one of the server's annotation modes: ProjectIn.mode in its OpenAPI schema),
-        responses_per_item, annotators_per_item, lease_minutes."""
+        responses_per_item, annotators_per_item, lease_minutes; for the ratings mode rating_aspects ([{name,
+        description}]), rating_min and rating_max."""
         return self.post("projects", {"name": name, **fields})
 
     def project(self, project_id: int) -> dict:
@@ -228,6 +229,20 @@ class Client:
         (`changed` False); a different one replaces yours. → {id, item, tiers, all_bad, rationale, changed}."""
         body: dict[str, Any] = {
             "ranking": [entry if isinstance(entry, int) else list(entry) for entry in ranking], "all_bad": all_bad}
+        if rationale is not None:
+            body["rationale"] = rationale
+        return self.post(f"items/{item_id}/ranking", body)
+
+    def submit_labels(self, item_id: int, labels: Mapping[int, float | Mapping[str, float]],
+                      rationale: str | None = None) -> dict:
+        """Label an item of a thumbs or ratings project as this token's user, as the annotation page does: thumbs
+        {response id: 1 (up) or 0 (down)}, ratings {response id: {aspect: rating}}, every response shown (and
+        aspect). The same answer again writes nothing (`changed` False); a different one replaces yours.
+        → {id, item, labels: [{response, aspect, value}], rationale, changed, ...}."""
+        rows = [{"response": response, "aspect": aspect, "value": value}
+                for response, given in labels.items()
+                for aspect, value in (given.items() if isinstance(given, Mapping) else [("", given)])]
+        body: dict[str, Any] = {"labels": rows}
         if rationale is not None:
             body["rationale"] = rationale
         return self.post(f"items/{item_id}/ranking", body)
