@@ -1,5 +1,5 @@
-"""Demo data for `make run`: a ranking and a pairwise project of arithmetic prompts, and a chat project whose
-responses a sampling job draws from SmolLM2-135M-Instruct (idempotent)."""
+"""Demo data for `make run`: a ranking, a pairwise, a thumbs and a ratings project of arithmetic prompts, and a chat
+project whose responses a sampling job draws from SmolLM2-135M-Instruct (idempotent)."""
 
 import json
 import random
@@ -34,6 +34,26 @@ def _records(responses_per_prompt: int, seed: int) -> list[ImportRecord]:
             metadata={"task": "arithmetic", "level": 2}, responses=tuple(responses),
         ))
     return records
+
+
+THUMBS_GUIDELINES = """Give each answer a thumb up when its **final answer is correct** and its steps hold, a thumb
+down otherwise. Judge each answer on its own: several answers to one question may all be up, or all down.
+"""
+RATINGS_GUIDELINES = """Rate each answer on each aspect, 1 (poor) to 5 (excellent). Judge the aspects apart: a wrong
+answer written clearly is low on correctness and high on clarity.
+"""
+# UltraFeedback's way: a response rated on several aspects, each with its description shown to the annotator
+DEMO_ASPECTS = (
+    {"name": "correctness", "description": "Is the final answer right, and are the steps right?"},
+    {"name": "clarity", "description": "Are the steps easy to follow, with nothing missing or extra?"},
+)
+# name, mode, responses per item, guidelines, rating aspects
+DEMO_PROJECTS = (
+    ("Demo: arithmetic ranking", Project.Mode.RANKING, 4, DEMO_GUIDELINES, ()),
+    ("Demo: arithmetic pairwise", Project.Mode.PAIRWISE, 2, DEMO_GUIDELINES, ()),
+    ("Demo: arithmetic thumbs", Project.Mode.THUMBS, 3, THUMBS_GUIDELINES, ()),
+    ("Demo: arithmetic ratings", Project.Mode.RATINGS, 3, RATINGS_GUIDELINES, DEMO_ASPECTS),
+)
 
 
 CHAT_PROJECT_NAME = "Demo: chat with SmolLM2"
@@ -92,11 +112,10 @@ def _seed_chat_project(stdout, members: list[User]) -> None:
 
 def seed_demo_data(stdout) -> None:
     members = list(User.objects.filter(username__in=("researcher", "annotator")))
-    for name, mode, per_item in (("Demo: arithmetic ranking", Project.Mode.RANKING, 4),
-                                 ("Demo: arithmetic pairwise", Project.Mode.PAIRWISE, 2)):
+    for name, mode, per_item, guidelines, aspects in DEMO_PROJECTS:
         project = Project.objects.filter(name=name).first()
         if project is None:
-            project = services.project_create(name=name, mode=mode, guidelines=DEMO_GUIDELINES,
+            project = services.project_create(name=name, mode=mode, guidelines=guidelines, rating_aspects=aspects,
                                               responses_per_item=per_item, annotators_per_item=2, members=members,
                                               owner=_demo_researcher(members))
         summary = services.prompts_import(project=project, records=_records(per_item, seed=len(name)))

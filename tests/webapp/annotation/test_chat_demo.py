@@ -5,7 +5,13 @@ import io
 import pytest
 
 from webapp.accounts.services import user_create
-from webapp.annotation.demo import CHAT_PROJECT_NAME, CHAT_QUESTIONS, CHAT_SAMPLING, seed_demo_data
+from webapp.annotation.demo import (
+    CHAT_PROJECT_NAME,
+    CHAT_QUESTIONS,
+    CHAT_SAMPLING,
+    DEMO_ASPECTS,
+    seed_demo_data,
+)
 from webapp.annotation.models import Project, SamplingJob
 from webapp.experiments.demo import CHAT_MODEL_DIRECTORY, CHAT_MODEL_NAME
 from webapp.experiments.models import ModelRef
@@ -33,3 +39,19 @@ def test_the_demo_gets_a_chat_project_with_one_sampling_job_from_smollm2(setting
     assert (job.status, job.model_path, job.created_by) == (SamplingJob.Status.QUEUED, model.path, researcher)
     assert job.generation_settings == CHAT_SAMPLING and CHAT_SAMPLING["responses_per_prompt"] == 2
     assert f"demo sampling job #{job.pk} exists" in output.getvalue()
+
+
+def test_the_demo_has_a_project_of_each_mode_with_the_ratings_aspects(settings, tmp_path, smollm2_dir):
+    (tmp_path / CHAT_MODEL_DIRECTORY).symlink_to(smollm2_dir, target_is_directory=True)
+    settings.MODEL_ROOTS = [tmp_path, smollm2_dir.parent]
+    user_create(username="researcher", role="researcher")
+    seed_demo_data(io.StringIO())
+
+    modes = {project.mode for project in Project.objects.all()}
+    assert modes == {"ranking", "pairwise", "thumbs", "ratings"}
+    ratings = Project.objects.get(mode="ratings")
+    assert [aspect["name"] for aspect in ratings.aspects] == [aspect["name"] for aspect in DEMO_ASPECTS]
+    assert (ratings.rating_min, ratings.rating_max) == (1, 5)
+    for project in Project.objects.filter(mode__in=("thumbs", "ratings")):
+        assert project.prompts.count() == 10
+        assert all(2 <= prompt.response_count <= project.responses_per_item for prompt in project.prompts.all())
