@@ -64,11 +64,12 @@ def data_source_check(kind: str, source: Mapping[str, Any]) -> None:
             aggregation_check(source.get("aggregation", "all"))
         except AggregationError as error:
             raise ValidationError({"aggregation": str(error)}) from None
+        options = ratings_binarization(source)
         try:
-            binarization_check(*ratings_binarization(source).values())
+            binarization_check(options["binarization"], options["seed"])
         except BinarizationError as error:
             field, _, problem = str(error).partition(": ")
-            raise ValidationError({field: problem}) from None
+            raise ValidationError({SOURCE_BINARIZATION_KEYS[field]: problem}) from None
 
 
 def data_source_rewards_check(kind: str, config: Mapping[str, Any], source: Mapping[str, Any]) -> None:
@@ -152,9 +153,14 @@ def pair_aggregation(source: Mapping[str, Any]) -> str:
     return source.get("aggregation", "all")
 
 
+# the selectors' option -> its key in a project source (`binarization_seed`: the config has a `seed` of its own)
+SOURCE_BINARIZATION_KEYS = {"binarization": "binarization", "seed": "binarization_seed"}
+
+
 def ratings_binarization(source: Mapping[str, Any]) -> dict[str, Any]:
     """How a project's ratings become pairs for a run (webapp.annotation.feedback): the defaults where not named."""
-    return {"binarization": source.get("binarization", DEFAULT_BINARIZATION), "seed": source.get("seed", DEFAULT_SEED)}
+    return {"binarization": source.get("binarization", DEFAULT_BINARIZATION),
+            "seed": source.get("binarization_seed", DEFAULT_SEED)}
 
 
 def _arithmetic_rows(kind: str, level: int, split: str, count: int) -> list[dict]:

@@ -18,6 +18,7 @@ from trainer.config import DPOConfig
 from trainer.kinds import KINDS, RunKind
 from webapp.experiments import services
 from webapp.experiments.data_sources import data_source_check, data_source_rows, training_rows
+from webapp.experiments.models import Run
 
 pytestmark = pytest.mark.django_db
 
@@ -64,8 +65,8 @@ def test_bad_binarization_options_are_refused_on_their_field():
         data_source_check("dpo", _source(type("P", (), {"pk": 1}), binarization="best"))
     assert list(refused.value.message_dict) == ["binarization"]
     with pytest.raises(ValidationError) as refused:
-        data_source_check("dpo", _source(type("P", (), {"pk": 1}), seed=-1))
-    assert list(refused.value.message_dict) == ["seed"]
+        data_source_check("dpo", _source(type("P", (), {"pk": 1}), binarization_seed=-1))
+    assert list(refused.value.message_dict) == ["binarization_seed"]
 
 
 def test_a_project_without_rows_for_the_kind_is_refused_at_launch(researcher, tiny_model, unpaired_kind):
@@ -85,5 +86,23 @@ def test_a_project_without_rows_for_the_kind_is_refused_at_launch(researcher, ti
 def test_a_reward_model_launches_on_a_ratings_projects_pairs(researcher, tiny_model):
     project = make_ratings_project(owner=researcher)
     run = services.run_create(kind="reward_model", config=small_config(tiny_model, batch_size=2),
-                              data_source=_source(project, binarization="worst", seed=3), created_by=researcher)
+                              data_source=_source(project, binarization="worst", binarization_seed=3), created_by=researcher)
     assert run.data_rows == 2
+
+
+def test_the_launch_form_stores_a_binarization_other_than_the_default(researcher_client, researcher, tiny_model):
+    project = make_ratings_project(owner=researcher)
+    form = {"name": "rm on ratings", "data_source": "project_pairs", "project": str(project.pk),
+            "aggregation": "all", "binarization": "worst", "binarization_seed": "0", "model": tiny_model.path,
+            "batch_size": "2", "grad_accum_steps": "1", "max_length": "64", "max_prompt_length": "16",
+            "lr_scheduler": "linear", "lora_target_modules": "all-linear", "max_steps": "2"}
+    response = researcher_client.post("/runs/new?kind=reward_model", form)
+    assert response.status_code == 302, response.context["form"].errors if response.context else response
+    run = Run.objects.get(name="rm on ratings")
+    assert run.data_source == {"type": "project_pairs", "project_id": project.pk, "aggregation": "all",
+                               "binarization": "worst"}
+    assert run.data_rows == 2
+    page = researcher_client.get(f"/runs/{run.pk}/").content.decode()
+    assert "ratings binarized: worst (seed 0)" in page
+    refused = researcher_client.post("/runs/new?kind=reward_model", {**form, "binarization_seed": "-1"})
+    assert refused.status_code == 422 and list(refused.context["form"].errors) == ["binarization_seed"]
