@@ -133,7 +133,7 @@ def dataset_zip(rows: Iterable[dict], *, name: str, conversational: bool = False
 
 # Unpaired (KTO) rows and raw labels (issue 31) -------------------------------------------------------------------
 
-UNPAIRED_COLUMNS = ("prompt", "completion", "label", "annotator", "response_id", "source")
+UNPAIRED_COLUMNS = ("prompt", "completion", "label", "annotator", "response_id", "source", "round", "model")
 
 
 def conversational_unpaired_rows(rows: Iterable[dict]) -> Iterator[dict]:

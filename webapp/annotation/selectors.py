@@ -567,8 +567,9 @@ def _unpaired_labels(project_id: int, *, annotator: str | None, binarization: st
 
 def unpaired_rows(*, project_id: int, aggregation: str = "all", binarization: str = feedback.DEFAULT_BINARIZATION,
                   seed: int = feedback.DEFAULT_SEED) -> Iterator[dict]:
-    """The project's KTO rows, TRL's unpaired format {prompt, completion, label} with annotator, response_id and
-    source (thumbs, ranking, pairwise, ratings or pairs: where the row came from): conversational (prompt = its
+    """The project's KTO rows, TRL's unpaired format {prompt, completion, label} with annotator, response_id,
+    source (thumbs, ranking, pairwise, ratings or pairs: where the row came from), and the response's round (its
+    number, None when it came in no round) and model (its round's, "" when unknown): conversational (prompt = its
     messages, completion = one assistant message) when the prompt is a conversation, standard text otherwise.
     `aggregation` combines annotators (feedback.aggregate_unpaired), `binarization` and `seed` make ratings pairs."""
     feedback.binarization_check(binarization, seed)
@@ -577,16 +578,17 @@ def unpaired_rows(*, project_id: int, aggregation: str = "all", binarization: st
                          seed=seed), aggregation)
     chat_sampled = chat_sampled_prompt_ids(project_id=project_id)
     while batch := list(itertools.islice(labels, 2000)):
-        responses = {pk: (prompt_id, text) for pk, prompt_id, text in Response.objects.filter(
-            pk__in={label.response for label in batch}).values_list("pk", "prompt_id", "text")}
+        responses = {pk: (prompt_id, text, number, model) for pk, prompt_id, text, number, model in
+                     Response.objects.filter(pk__in={label.response for label in batch}).values_list(
+                         "pk", "prompt_id", "text", "round__number", "round__model")}
         prompts = {pk: (text, messages) for pk, text, messages in Prompt.objects.filter(
-            pk__in={prompt_id for prompt_id, _ in responses.values()}).values_list("pk", "text", "messages")}
+            pk__in={prompt_id for prompt_id, *_ in responses.values()}).values_list("pk", "text", "messages")}
         for label in batch:
-            prompt_id, completion = responses[label.response]
+            prompt_id, completion, round_number, model = responses[label.response]
             prompt = trl_prompt(*prompts[prompt_id], chat_sampled=prompt_id in chat_sampled)
             yield {"prompt": prompt, "completion": trl_answer(completion, conversational=not isinstance(prompt, str)),
                    "label": label.label, "annotator": label.annotator, "response_id": label.response,
-                   "source": label.source}
+                   "source": label.source, "round": round_number, "model": model or ""}
 
 
 def unpaired_count(*, project_id: int, aggregation: str = "all", binarization: str = feedback.DEFAULT_BINARIZATION,

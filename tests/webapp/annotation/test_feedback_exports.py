@@ -21,7 +21,7 @@ from tests.webapp.annotation.feedback_fixtures import (
 from tests.webapp.api.run_api_helpers import api_client_of
 from webapp.annotation import selectors, services
 from webapp.annotation.importing import ImportRecord
-from webapp.annotation.models import Prompt, Response
+from webapp.annotation.models import Prompt, Response, ResponseLabel, Round
 
 pytestmark = pytest.mark.django_db
 
@@ -102,7 +102,8 @@ def test_thumbs_export_one_unpaired_row_a_thumb(researcher_client, thumbs):
     ids = dict(Response.objects.filter(prompt__project=thumbs).values_list("text", "pk"))
     assert all(row["prompt"] == "Question 0?" and row["source"] == "thumbs" and row["response_id"] == ids[
         row["completion"]] for row in rows)
-    assert set(rows[0]) == {"prompt", "completion", "label", "annotator", "response_id", "source"}
+    assert set(rows[0]) == {"prompt", "completion", "label", "annotator", "response_id", "source", "round", "model"}
+    assert (rows[0]["round"], rows[0]["model"]) == (None, "")
 
 
 @pytest.mark.parametrize(("aggregation", "expected"), [
@@ -205,3 +206,18 @@ def test_the_project_page_shows_alpha_interval_for_ratings(researcher_client, ra
     # item 0's eight (response, aspect) units rated by two annotators; the others rated once (not pairable)
     assert agreement.metric == "interval" and round(agreement.alpha, 3) == 0.851 and agreement.items == 1
     assert f'data-metric="interval">{agreement.alpha:.3f}<' in page
+
+
+def test_unpaired_rows_name_the_round_and_model_of_their_response(researcher, annotator):
+    project = services.project_create(name="Rounds of thumbs", mode="thumbs", responses_per_item=2, owner=researcher)
+    services.prompts_import(project=project, records=[ImportRecord(line=1, external_id="p0", text="Question?")])
+    round_ = services.round_create(project=project, source=Round.Source.SAMPLED, model="base", responses_per_prompt=2)
+    prompt = project.prompts.get()
+    services.round_responses_add(round_id=round_.pk, prompt_id=prompt.pk, texts=["r0", "r1"],
+                                 source=Response.Source.MODEL, source_detail={"model": "base"})
+    response = prompt.responses.get(text="r1")
+    ResponseLabel.objects.create(project=project, prompt=prompt, response=response, external_annotator="judge",
+                                 value=0.0)
+    (row,) = selectors.unpaired_rows(project_id=project.pk)
+    assert {key: row[key] for key in ("completion", "label", "annotator", "round", "model", "source")} == {
+        "completion": "r1", "label": False, "annotator": "judge", "round": 1, "model": "base", "source": "thumbs"}
