@@ -22,7 +22,7 @@ def _exported(researcher_client, url: str, path, **params):
     path.write_bytes(b"".join(response.streaming_content))
     from datasets import load_dataset
 
-    return load_dataset("json", data_files=str(path), split="train")
+    return load_dataset("json", data_files=str(path), split="train", cache_dir=str(path.parent / "datasets-cache"))
 
 
 def _losses(trainer) -> list[float]:
