@@ -503,8 +503,8 @@ FEEDBACK_EXPORTS = ("unpaired.jsonl", "unpaired.csv", "labels.jsonl")
 
 def _ratings_options(form: ExportForm) -> dict:
     """How ratings become pairs (binarization, seed), as the export form gives them."""
-    return {"binarization": form.cleaned_data.get("binarization") or DEFAULT_BINARIZATION,
-            "seed": form.cleaned_data.get("seed") if form.cleaned_data.get("seed") is not None else DEFAULT_SEED}
+    return {"binarization": form.cleaned_data.get("binarization", DEFAULT_BINARIZATION),
+            "seed": form.cleaned_data.get("seed", DEFAULT_SEED)}
 
 
 def _feedback_export(project: Project, kind: str, *, aggregation: str, conversational: bool, binarization: str =
