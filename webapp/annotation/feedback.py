@@ -30,6 +30,7 @@ from collections import defaultdict
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
+from trainer.config import SEED_MAX
 from webapp.annotation.aggregation import aggregation_annotator, aggregation_check
 from webapp.text import is_blank
 
@@ -52,8 +53,8 @@ def binarization_check(binarization: object, seed: object) -> tuple[str, int]:
     if binarization not in BINARIZATIONS:
         raise BinarizationError(f"binarization: unknown binarization {binarization!r}; choose one of "
                                 f"{', '.join(BINARIZATIONS)}")
-    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
-        raise BinarizationError(f"seed: must be a whole number 0 or more, got {seed!r}")
+    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed <= SEED_MAX:
+        raise BinarizationError(f"seed: must be a whole number from 0 to {SEED_MAX}, got {seed!r}")
     return binarization, seed
 
 

@@ -4,6 +4,7 @@ from django import forms
 from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 
+from trainer.config import SEED_MAX
 from webapp.annotation.aggregation import ANNOTATOR_PREFIX, AggregationError, aggregation_check
 from webapp.annotation.feedback import BINARIZATIONS, DEFAULT_BINARIZATION, DEFAULT_SEED
 from webapp.annotation.importing import FORMATS
@@ -142,7 +143,8 @@ class ExportForm(forms.Form):
                  for name in BINARIZATIONS],
         help_text="Ratings: chosen is the best mean rating; rejected a random lower-rated response (seeded), or the "
                   "worst.")
-    seed = forms.IntegerField(required=False, min_value=0, initial=DEFAULT_SEED, label="Binarization seed")
+    seed = forms.IntegerField(required=False, min_value=0, max_value=SEED_MAX, initial=DEFAULT_SEED,
+                              label="Binarization seed")
 
     def __init__(self, *args: object, annotators: list[str] | None = None, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)

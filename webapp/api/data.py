@@ -24,6 +24,7 @@ from ninja import Field, Query, Router, Schema
 from ninja.errors import HttpError
 from ninja.responses import Status
 
+from trainer.config import SEED_MAX
 from webapp.annotation import exporting, selectors, services
 from webapp.annotation.aggregation import AGGREGATION_PATTERN, AggregationError, aggregation_check
 from webapp.annotation.feedback import BINARIZATIONS, DEFAULT_BINARIZATION, DEFAULT_SEED
@@ -281,7 +282,7 @@ class PairsQuery(PageQuery):
     binarization: Literal[BINARIZATIONS] = Field(  # type: ignore[valid-type]
         DEFAULT_BINARIZATION, description="How ratings become pairs: chosen is the best mean rating, rejected a "
                                           "seeded random lower-rated response (random) or the worst one (worst).")
-    seed: int = Field(DEFAULT_SEED, ge=0, description="The seed of the random binarization.")
+    seed: int = Field(DEFAULT_SEED, ge=0, le=SEED_MAX, description="The seed of the random binarization.")
 
 
 @router.get("/projects/{project_id}/pairs", response={200: Page[dict[str, Any]], 404: Detail, 422: Detail},
@@ -317,7 +318,7 @@ class UnpairedQuery(PageQuery):
     aggregation: str = Field("all", pattern=AGGREGATION_PATTERN, description="How annotators combine: all, majority "
                              "(one row a response, ties dropped), drop_conflicts or annotator:<username>.")
     binarization: Literal[BINARIZATIONS] = DEFAULT_BINARIZATION  # type: ignore[valid-type]
-    seed: int = Field(DEFAULT_SEED, ge=0)
+    seed: int = Field(DEFAULT_SEED, ge=0, le=SEED_MAX)
     stream: Literal["jsonl"] | None = Field(None, description="jsonl: every row as JSON lines, paging ignored.")
 
 

@@ -11,6 +11,7 @@ from django import forms
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
 
+from trainer.config import SEED_MAX
 from trainer.kinds import run_kind
 from trainer.rewards import REWARD_FUNCTIONS
 from webapp.annotation.feedback import BINARIZATIONS, DEFAULT_BINARIZATION, DEFAULT_SEED
@@ -129,7 +130,7 @@ class LaunchForm(forms.Form):
         required=False, initial=DEFAULT_BINARIZATION, choices=[(name, name) for name in BINARIZATIONS],
         help_text="A project's ratings as pairs: chosen = the best mean rating, rejected = a random lower-rated "
                   "response (seeded) or the worst.")
-    binarization_seed = forms.IntegerField(required=False, min_value=0, initial=DEFAULT_SEED,
+    binarization_seed = forms.IntegerField(required=False, min_value=0, max_value=SEED_MAX, initial=DEFAULT_SEED,
                                            help_text="The seed of the random binarization of ratings.")
     upload = forms.FileField(required=False, help_text="JSONL; one object per line with the fields the kind needs.")
 

@@ -77,7 +77,7 @@ def test_empty_responses_are_left_out_before_binarizing():
 def test_an_unknown_binarization_or_a_bad_seed_is_refused_naming_it():
     with pytest.raises(BinarizationError, match="binarization: unknown binarization 'best'"):
         binarize_ratings("i", EXAMPLE, binarization="best")
-    for seed in (-1, "3", True, 1.5):
+    for seed in (-1, "3", True, 1.5, 2**70):
         with pytest.raises(BinarizationError, match="seed: must be a whole number"):
             binarize_ratings("i", EXAMPLE, seed=seed)
 
