@@ -30,13 +30,14 @@ from trainer.config import (
     SFTConfig,
 )
 
-RowShape = Literal["pairs", "completions", "prompts"]
+RowShape = Literal["pairs", "completions", "prompts", "unpaired"]
 # What a run's checkpoints are: a causal LM (a policy) or a sequence classifier (a reward model).
 Produces = Literal["causal_lm", "classifier"]
 ROW_FIELDS: dict[RowShape, tuple[str, ...]] = {
     "pairs": ("prompt", "chosen", "rejected"),
     "completions": ("prompt", "completion"),
     "prompts": ("prompt",),
+    "unpaired": ("prompt", "completion", "label"),
 }
 
 

@@ -93,7 +93,8 @@ def _pages(w: World) -> dict[str, list[tuple[str, str, dict]]]:
                   for name in ("annotate", "project_detail", "project_progress", "project_rounds", "project_data",
                                "project_items", "project_files", "project_delete_confirm")}
     exports = [("GET", reverse("annotation:project_export", args=[project, kind]), {})
-               for kind in ("pairs.jsonl", "pairs.csv", "rankings.jsonl", "dataset.zip")]
+               for kind in ("pairs.jsonl", "pairs.csv", "rankings.jsonl", "dataset.zip", "unpaired.jsonl",
+                            "unpaired.csv", "labels.jsonl")]
     run_pages = {name: [("GET", reverse(f"experiments:{name}", args=[run]), {})]
                  for name in ("run_detail", "run_status", "run_metrics", "run_samples", "run_data", "run_files",
                               "run_delete_confirm")}
@@ -264,6 +265,7 @@ def _api_operations(w: World, *, project: object, run: object, prompt: object, u
         ("GET", f"/api/v1/projects/{project}/prompts", None),
         ("GET", f"/api/v1/projects/{project}/rankings", None),
         ("GET", f"/api/v1/projects/{project}/pairs", None),
+        ("GET", f"/api/v1/projects/{project}/unpaired", None),
         ("POST", f"/api/v1/projects/{project}/records", [{"prompt": "planted"}]),
         ("POST", f"/api/v1/prompts/{prompt}/responses", {"texts": ["planted"]}),
         ("GET", f"/api/v1/runs/{run}", None),

@@ -1,4 +1,4 @@
-"""Inter-annotator agreement on rankings (pure functions, no database).
+"""Inter-annotator agreement on rankings, thumbs and ratings (pure functions, no database).
 
 `ItemRankings` maps annotator -> tiers (lists of response ids, best first, ties in one tier) for one item.
 - Kendall's tau-b between two annotators on one item, averaged over every (item, annotator pair).
@@ -6,6 +6,9 @@
   the two responses the same way (a tie is its own answer).
 - Krippendorff's alpha with the ordinal metric; a unit is one (item, response), its values the positions
   (tier numbers) the annotators gave it.
+- Thumbs and ratings (`label_alpha`): Krippendorff's alpha over labels, nominal for thumbs (a unit is one response,
+  its values the thumbs it got, up 1 / down 0), interval for ratings (a unit is one (response, aspect), its values
+  the ratings it got); computed over the items holding a unit labelled twice or more.
 - Agreement with the majority: per annotator, how often their order of a response pair matches the most
   common order among the other annotators of that item (pairs where the others are split are not counted).
 - Disputed item: two or more answers (skips excluded) that do not name the same best responses, an all-bad
@@ -16,6 +19,7 @@
 
 from collections import Counter, defaultdict
 from collections.abc import Hashable, Iterable, Mapping
+from dataclasses import dataclass
 from itertools import combinations
 from math import sqrt
 
@@ -80,8 +84,16 @@ def pairwise_agreement_rate(items: Iterable[ItemRankings]) -> float | None:
     return agree / total if total else None
 
 
-def krippendorff_alpha_ordinal(units: Iterable[Iterable[float]]) -> float | None:
-    """Alpha for ordinal values; each unit is the list of values its coders gave (missing values left out)."""
+ALPHA_METRICS = ("nominal", "ordinal", "interval")
+
+
+def krippendorff_alpha(units: Iterable[Iterable[float]], *, metric: str) -> float | None:
+    """Krippendorff's alpha; each unit is the list of values its coders gave (missing values left out), units with
+    fewer than two values are not pairable and count for nothing. `metric`: nominal (values equal or not), ordinal
+    (ranks, distances by how many values lie between) or interval (squared differences). None when nothing is
+    pairable or every value is the same (no expected disagreement)."""
+    if metric not in ALPHA_METRICS:
+        raise ValueError(f"unknown alpha metric {metric!r}; choose one of {', '.join(ALPHA_METRICS)}")
     pairable = [list(values) for values in units]
     pairable = [values for values in pairable if len(values) >= 2]
     coincidences: dict[tuple[float, float], float] = defaultdict(float)
@@ -97,21 +109,47 @@ def krippendorff_alpha_ordinal(units: Iterable[Iterable[float]]) -> float | None
     if n <= 1:
         return None
     categories = sorted(marginals)
-    index = {value: i for i, value in enumerate(categories)}
-    cumulative = [0.0]
-    for value in categories:
-        cumulative.append(cumulative[-1] + marginals[value])
-
-    def delta_squared(c: float, k: float) -> float:
-        low, high = sorted((index[c], index[k]))
-        between = cumulative[high + 1] - cumulative[low]
-        return (between - (marginals[c] + marginals[k]) / 2) ** 2
-
+    delta_squared = _metrics(categories, marginals)[metric]
     observed = sum(count * delta_squared(c, k) for (c, k), count in coincidences.items())
     expected = sum(marginals[c] * marginals[k] * delta_squared(c, k) for c in categories for k in categories)
     if expected == 0:
         return None
     return 1.0 - (n - 1) * observed / expected
+
+
+def _metrics(categories: list[float], marginals: Mapping[float, float]) -> dict:
+    index = {value: i for i, value in enumerate(categories)}
+    cumulative = [0.0]
+    for value in categories:
+        cumulative.append(cumulative[-1] + marginals[value])
+
+    def ordinal(c: float, k: float) -> float:
+        low, high = sorted((index[c], index[k]))
+        between = cumulative[high + 1] - cumulative[low]
+        return (between - (marginals[c] + marginals[k]) / 2) ** 2
+
+    return {"nominal": lambda c, k: float(c != k), "ordinal": ordinal, "interval": lambda c, k: float(c - k) ** 2}
+
+
+def krippendorff_alpha_ordinal(units: Iterable[Iterable[float]]) -> float | None:
+    """Alpha for ordinal values; each unit is the list of values its coders gave (missing values left out)."""
+    return krippendorff_alpha(units, metric="ordinal")
+
+
+@dataclass(frozen=True)
+class LabelAgreement:
+    metric: str
+    alpha: float | None
+    items: int  # items holding a unit labelled twice or more: what alpha is computed over
+
+
+def label_alpha(labels: Iterable[tuple[Hashable, Hashable, float]], *, metric: str) -> LabelAgreement:
+    """Alpha over (item, unit, value) labels: a unit's values are every label it got (one per annotator)."""
+    by_unit: dict[tuple[Hashable, Hashable], list[float]] = defaultdict(list)
+    for item, unit, value in labels:
+        by_unit[(item, unit)].append(value)
+    items = {item for (item, _), values in by_unit.items() if len(values) >= 2}
+    return LabelAgreement(metric=metric, alpha=krippendorff_alpha(by_unit.values(), metric=metric), items=len(items))
 
 
 def ranking_alpha(items: Iterable[ItemRankings]) -> float | None:

@@ -129,3 +129,17 @@ def dataset_zip(rows: Iterable[dict], *, name: str, conversational: bool = False
     save_dataset(rows, workspace / name, conversational=conversational)
     archive = shutil.make_archive(str(workspace / name), "zip", root_dir=workspace, base_dir=name)
     return Path(archive)
+
+
+# Unpaired (KTO) rows and raw labels (issue 31) -------------------------------------------------------------------
+
+UNPAIRED_COLUMNS = ("prompt", "completion", "label", "annotator", "response_id", "source", "round", "model")
+
+
+def conversational_unpaired_rows(rows: Iterable[dict]) -> Iterator[dict]:
+    """Unpaired rows all in TRL's conversational format: a text prompt becomes one user turn."""
+    for row in rows:
+        if isinstance(row["prompt"], str):
+            row = {**row, "prompt": [{"role": "user", "content": row["prompt"]}],
+                   "completion": [{"role": "assistant", "content": row["completion"]}]}
+        yield row

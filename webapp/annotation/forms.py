@@ -4,7 +4,9 @@ from django import forms
 from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 
+from trainer.config import SEED_MAX
 from webapp.annotation.aggregation import ANNOTATOR_PREFIX, AggregationError, aggregation_check
+from webapp.annotation.feedback import BINARIZATIONS, DEFAULT_BINARIZATION, DEFAULT_SEED
 from webapp.annotation.importing import FORMATS
 from webapp.annotation.models import GENERATION_SETTING_BOUNDS, Project, Round
 from webapp.annotation.preferences import STRATEGIES
@@ -202,10 +204,26 @@ class ExportForm(forms.Form):
     aggregation = forms.CharField(required=False, initial="all", help_text=(
         "How the pairs of annotators who disagree are combined (see the README, «Annotators who disagree»)."),
         widget=forms.Select)
+    # how a ratings project's ratings become pairs (webapp.annotation.feedback)
+    binarization = forms.ChoiceField(
+        required=False, initial=DEFAULT_BINARIZATION, label="Ratings to pairs",
+        choices=[(name, {"random": "random lower-rated response (UltraFeedback)", "worst": "worst-rated response"}[name])
+                 for name in BINARIZATIONS],
+        help_text="Ratings: chosen is the best mean rating; rejected a random lower-rated response (seeded), or the "
+                  "worst.")
+    seed = forms.IntegerField(required=False, min_value=0, max_value=SEED_MAX, initial=DEFAULT_SEED,
+                              label="Binarization seed")
 
     def __init__(self, *args: object, annotators: list[str] | None = None, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)
         self.fields["aggregation"].widget.choices = aggregation_choices(annotators or [])
+
+    def clean_binarization(self) -> str:
+        return self.cleaned_data["binarization"] or DEFAULT_BINARIZATION
+
+    def clean_seed(self) -> int:
+        seed = self.cleaned_data["seed"]
+        return DEFAULT_SEED if seed is None else seed
 
     def clean_aggregation(self) -> str:
         try:

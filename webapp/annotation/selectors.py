@@ -1,5 +1,6 @@
 """Reads of the annotation app: what an annotator sees, progress and agreement, and the training/export rows."""
 
+import itertools
 import random
 import statistics
 from collections import defaultdict
@@ -13,9 +14,9 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from webapp.accounts.roles import is_admin, is_researcher
-from webapp.annotation import agreement, winrates
-from webapp.annotation.aggregation import aggregate_pairs
-from webapp.annotation.exporting import conversational_rows
+from webapp.annotation import agreement, feedback, winrates
+from webapp.annotation.aggregation import aggregate_pairs, aggregation_annotator
+from webapp.annotation.exporting import conversational_rows, conversational_unpaired_rows
 from webapp.annotation.models import (
     Assignment,
     ImportJob,
@@ -110,6 +111,8 @@ class ProjectProgress:
     pairwise_agreement: float | None = None
     alpha: float | None = None
     shared_items: int = 0
+    # thumbs and ratings: Krippendorff's alpha over their labels (None for the modes that rank)
+    label_agreement: agreement.LabelAgreement | None = None
     annotators: list[AnnotatorRow] = field(default_factory=list)
 
     @property
@@ -156,6 +159,7 @@ def project_progress(project: Project) -> ProjectProgress:
     progress.pairwise_agreement = agreement.pairwise_agreement_rate(shared)
     progress.alpha = agreement.ranking_alpha(shared)
     progress.annotators = annotator_rows(project, shared=shared)
+    progress.label_agreement = label_agreement(project)
     return progress
 
 
@@ -354,10 +358,16 @@ def _exportable_pairs(project_id: int) -> QuerySet[PreferencePair]:
     )
 
 
-def pair_rows(*, project_id: int, strategy: str = "all", aggregation: str = "all") -> Iterator[dict]:
+def pair_rows(*, project_id: int, strategy: str = "all", aggregation: str = "all",
+              binarization: str = feedback.DEFAULT_BINARIZATION, seed: int = feedback.DEFAULT_SEED) -> Iterator[dict]:
     """The project's pair rows under `strategy`, aggregated across annotators by `aggregation`
-    (webapp.annotation.aggregation: all, majority, drop_conflicts, annotator:<username>)."""
-    return aggregate_pairs(_strategy_pair_rows(project_id=project_id, strategy=strategy), aggregation)
+    (webapp.annotation.aggregation: all, majority, drop_conflicts, annotator:<username>); ratings become pairs by
+    `binarization` and `seed` (webapp.annotation.feedback), after the pairs of rankings and imports."""
+    feedback.binarization_check(binarization, seed)
+    rows = itertools.chain(_strategy_pair_rows(project_id=project_id, strategy=strategy),
+                           binarized_pair_rows(project_id=project_id, aggregation=aggregation,
+                                               binarization=binarization, seed=seed))
+    return aggregate_pairs(rows, aggregation)
 
 
 def _strategy_pair_rows(*, project_id: int, strategy: str) -> Iterator[dict]:
@@ -393,22 +403,27 @@ def _strategy_pair_rows(*, project_id: int, strategy: str) -> Iterator[dict]:
                    **_pair_rounds(chosen_round, rejected_round, chosen_model, rejected_model)}
 
 
-def pair_count(*, project_id: int, strategy: str = "all", aggregation: str = "all") -> int:
+def pair_count(*, project_id: int, strategy: str = "all", aggregation: str = "all",
+               binarization: str = feedback.DEFAULT_BINARIZATION, seed: int = feedback.DEFAULT_SEED) -> int:
     """How many rows `pair_rows` yields: counted by the database for the stored pairs, by deriving them for the
-    other strategies and aggregations."""
+    other strategies and aggregations (and for ratings, whose pairs are derived)."""
     if strategy == "all" and aggregation == "all":
-        return _exportable_pairs(project_id).count()
-    return sum(1 for _ in pair_rows(project_id=project_id, strategy=strategy, aggregation=aggregation))
+        binarized = binarized_pair_rows(project_id=project_id, binarization=binarization, seed=seed)
+        return _exportable_pairs(project_id).count() + sum(1 for _ in binarized)
+    return sum(1 for _ in pair_rows(project_id=project_id, strategy=strategy, aggregation=aggregation,
+                                    binarization=binarization, seed=seed))
 
 
 def pair_export_rows(
-    *, project_id: int, strategy: str = "all", aggregation: str = "all", conversational: bool | None = None
+    *, project_id: int, strategy: str = "all", aggregation: str = "all", conversational: bool | None = None,
+    binarization: str = feedback.DEFAULT_BINARIZATION, seed: int = feedback.DEFAULT_SEED,
 ) -> Iterator[dict]:
     """The rows of the pairs' JSONL export, the page's and the API's: all in TRL's conversational format when the
     project holds any conversation (or `conversational` says so), else as `pair_rows` yields them."""
     if conversational is None:
         conversational = project_has_conversations(project_id=project_id)
-    rows = pair_rows(project_id=project_id, strategy=strategy, aggregation=aggregation)
+    rows = pair_rows(project_id=project_id, strategy=strategy, aggregation=aggregation, binarization=binarization,
+                     seed=seed)
     return conversational_rows(rows) if conversational else rows
 
 
@@ -450,21 +465,209 @@ def project_prompts(*, project_id: int) -> QuerySet[Prompt]:
     return Prompt.objects.filter(project_id=project_id).order_by("id").prefetch_related(responses)
 
 
-def preference_pairs_for_training(*, project_id: int, strategy: str = "all", aggregation: str = "all") -> list[dict]:
+def preference_pairs_for_training(*, project_id: int, strategy: str = "all", aggregation: str = "all",
+                                  binarization: str = feedback.DEFAULT_BINARIZATION,
+                                  seed: int = feedback.DEFAULT_SEED) -> list[dict]:
     return [
         {key: row[key] for key in ("prompt", "chosen", "rejected", "weight", "margin", "chosen_round",
                                    "rejected_round", "chosen_model", "rejected_model")}
-        for row in pair_rows(project_id=project_id, strategy=strategy, aggregation=aggregation)
+        for row in pair_rows(project_id=project_id, strategy=strategy, aggregation=aggregation,
+                             binarization=binarization, seed=seed)
     ]
 
 
+# Thumbs and ratings as training data (the rules: webapp.annotation.feedback) -----------------------------------
+
+# Labels that count: imported ones, and those of answers that were not skips.
+_COUNTED_LABELS = Q(ranking__isnull=True) | Q(ranking__skipped=False)
+# Prompts handled at a time when deriving rows from labels: one query each for their texts, not one per prompt.
+_LABEL_PROMPT_BATCH = 500
+
+
+def _labels(project_id: int, *, thumbs: bool, annotator: str | None = None) -> QuerySet[ResponseLabel]:
+    labels = ResponseLabel.objects.filter(_COUNTED_LABELS, project_id=project_id)
+    labels = labels.filter(aspect=ResponseLabel.THUMB) if thumbs else labels.exclude(aspect=ResponseLabel.THUMB)
+    if annotator is not None:
+        labels = labels.filter(Q(annotator__username=annotator)
+                               | Q(annotator__isnull=True, external_annotator=annotator))
+    return labels
+
+
+def _label_annotator(username: str | None, external: str) -> str | None:
+    """Who gave a label: the annotator's username, else the imported name (None when the file named nobody)."""
+    return username or external or None
+
+
+@dataclass(frozen=True)
+class _ItemTexts:
+    prompt: str
+    messages: list[dict] | None
+    external_id: str
+    chat_sampled: bool
+    responses: dict[int, tuple[str, int | None, str | None]]  # id -> (text, round number, round model)
+
+    @property
+    def left_out(self) -> set[int]:
+        return feedback.left_out_responses({pk: text for pk, (text, _, _) in self.responses.items()})
+
+
+def _item_texts(prompt_ids: Sequence[int], *, chat_sampled: set[int]) -> dict[int, _ItemTexts]:
+    responses: dict[int, dict[int, tuple[str, int | None, str | None]]] = defaultdict(dict)
+    for pk, prompt_id, text, number, model in Response.objects.filter(prompt_id__in=prompt_ids).values_list(
+        "pk", "prompt_id", "text", "round__number", "round__model"
+    ):
+        responses[prompt_id][pk] = (text, number, model)
+    return {pk: _ItemTexts(prompt=text, messages=messages, external_id=external_id, chat_sampled=pk in chat_sampled,
+                           responses=responses[pk])
+            for pk, text, messages, external_id in Prompt.objects.filter(pk__in=prompt_ids).values_list(
+                "pk", "text", "messages", "external_id")}
+
+
+def _binarized_pairs(
+    project_id: int, *, annotator: str | None, binarization: str, seed: int
+) -> Iterator[tuple[_ItemTexts, feedback.BinarizedPair]]:
+    """Each rated item's binarized pair, by prompt id, with its texts; `annotator`: that annotator's ratings only."""
+    feedback.binarization_check(binarization, seed)
+    labels = _labels(project_id, thumbs=False, annotator=annotator).order_by("prompt_id", "id").values_list(
+        "prompt_id", "response_id", "value")
+    chat_sampled = chat_sampled_prompt_ids(project_id=project_id)
+    by_item = itertools.groupby(labels.iterator(chunk_size=5000), key=lambda label: label[0])
+    while batch := [(prompt_id, [feedback.Rating(response, value) for _, response, value in group])
+                    for prompt_id, group in itertools.islice(by_item, _LABEL_PROMPT_BATCH)]:
+        texts = _item_texts([prompt_id for prompt_id, _ in batch], chat_sampled=chat_sampled)
+        for prompt_id, ratings in batch:
+            item = texts[prompt_id]
+            pair = feedback.binarize_ratings(item.external_id, ratings, left_out=item.left_out,
+                                             binarization=binarization, seed=seed)
+            if pair is not None:
+                yield item, pair
+
+
+def binarized_pair_rows(*, project_id: int, aggregation: str = "all",
+                        binarization: str = feedback.DEFAULT_BINARIZATION,
+                        seed: int = feedback.DEFAULT_SEED) -> Iterator[dict]:
+    """The project's ratings as pair rows (the columns of `pair_rows`, ranking_id None): one pair a rated item,
+    from everyone's ratings, or from one annotator's under `annotator:<username>` (the row then names them)."""
+    annotator = aggregation_annotator(aggregation)
+    for item, pair in _binarized_pairs(project_id, annotator=annotator, binarization=binarization, seed=seed):
+        (chosen, chosen_round, chosen_model), (rejected, rejected_round, rejected_model) = (
+            item.responses[pair.chosen], item.responses[pair.rejected])
+        yield {**_trl_pair(item.prompt, item.messages, chosen, rejected, chat_sampled=item.chat_sampled),
+               "weight": pair.weight, "margin": pair.margin, "ranking_id": None, "annotator": annotator,
+               **_pair_rounds(chosen_round, rejected_round, chosen_model, rejected_model)}
+
+
+def _unpaired_labels(project_id: int, *, annotator: str | None, binarization: str,
+                     seed: int) -> Iterator[feedback.UnpairedLabel]:
+    """Every unpaired row of the project in ids, before aggregation: thumbs, answers' tiers, binarized ratings,
+    imported pairs (feedback's rules)."""
+    for response, value, username, external in _labels(project_id, thumbs=True).order_by("id").values_list(
+        "response_id", "value", "annotator__username", "external_annotator"
+    ):
+        yield feedback.thumb_label(response, value, annotator=_label_annotator(username, external))
+    left_out = set(Response.objects.filter(prompt__project_id=project_id, text__regex=LEFT_OUT_TEXT_REGEX)
+                   .values_list("pk", flat=True))
+    answers = Ranking.objects.filter(prompt__project_id=project_id, skipped=False).exclude(tiers=[]).order_by("id")
+    for tiers, all_bad, username, mode in answers.values_list("tiers", "all_bad", "annotator__username",
+                                                              "prompt__project__mode").iterator(chunk_size=2000):
+        yield from feedback.tier_labels(tiers, all_bad=all_bad, annotator=username, left_out=left_out,
+                                        source="pairwise" if mode == "pairwise" else "ranking")
+    for _, pair in _binarized_pairs(project_id, annotator=annotator, binarization=binarization, seed=seed):
+        yield from feedback.pair_labels(pair.chosen, pair.rejected, annotator=annotator, source="ratings")
+    for chosen, rejected in _exportable_pairs(project_id).filter(ranking__isnull=True).values_list(
+        "chosen_id", "rejected_id"
+    ):
+        yield from feedback.pair_labels(chosen, rejected, annotator=None, source="pairs")
+
+
+def unpaired_rows(*, project_id: int, aggregation: str = "all", binarization: str = feedback.DEFAULT_BINARIZATION,
+                  seed: int = feedback.DEFAULT_SEED) -> Iterator[dict]:
+    """The project's KTO rows, TRL's unpaired format {prompt, completion, label} with annotator, response_id,
+    source (thumbs, ranking, pairwise, ratings or pairs: where the row came from), and the response's round (its
+    number, None when it came in no round) and model (its round's, "" when unknown): conversational (prompt = its
+    messages, completion = one assistant message) when the prompt is a conversation, standard text otherwise.
+    `aggregation` combines annotators (feedback.aggregate_unpaired), `binarization` and `seed` make ratings pairs."""
+    feedback.binarization_check(binarization, seed)
+    labels = feedback.aggregate_unpaired(
+        _unpaired_labels(project_id, annotator=aggregation_annotator(aggregation), binarization=binarization,
+                         seed=seed), aggregation)
+    chat_sampled = chat_sampled_prompt_ids(project_id=project_id)
+    while batch := list(itertools.islice(labels, 2000)):
+        responses = {pk: (prompt_id, text, number, model) for pk, prompt_id, text, number, model in
+                     Response.objects.filter(pk__in={label.response for label in batch}).values_list(
+                         "pk", "prompt_id", "text", "round__number", "round__model")}
+        prompts = {pk: (text, messages) for pk, text, messages in Prompt.objects.filter(
+            pk__in={prompt_id for prompt_id, *_ in responses.values()}).values_list("pk", "text", "messages")}
+        for label in batch:
+            prompt_id, completion, round_number, model = responses[label.response]
+            prompt = trl_prompt(*prompts[prompt_id], chat_sampled=prompt_id in chat_sampled)
+            yield {"prompt": prompt, "completion": trl_answer(completion, conversational=not isinstance(prompt, str)),
+                   "label": label.label, "annotator": label.annotator, "response_id": label.response,
+                   "source": label.source, "round": round_number, "model": model or ""}
+
+
+def unpaired_count(*, project_id: int, aggregation: str = "all", binarization: str = feedback.DEFAULT_BINARIZATION,
+                   seed: int = feedback.DEFAULT_SEED) -> int:
+    """How many rows `unpaired_rows` yields (derived: they are not stored)."""
+    return sum(1 for _ in feedback.aggregate_unpaired(
+        _unpaired_labels(project_id, annotator=aggregation_annotator(aggregation), binarization=binarization,
+                         seed=seed), aggregation))
+
+
+def unpaired_export_rows(*, project_id: int, aggregation: str = "all", conversational: bool | None = None,
+                         binarization: str = feedback.DEFAULT_BINARIZATION,
+                         seed: int = feedback.DEFAULT_SEED) -> Iterator[dict]:
+    """The unpaired exports' rows (page and API): all conversational when the project holds any conversation."""
+    if conversational is None:
+        conversational = project_has_conversations(project_id=project_id)
+    rows = unpaired_rows(project_id=project_id, aggregation=aggregation, binarization=binarization, seed=seed)
+    return conversational_unpaired_rows(rows) if conversational else rows
+
+
+def unpaired_for_training(*, project_id: int, aggregation: str = "all",
+                          binarization: str = feedback.DEFAULT_BINARIZATION,
+                          seed: int = feedback.DEFAULT_SEED) -> list[dict]:
+    """A KTO run's rows: {prompt, completion, label}."""
+    return [{key: row[key] for key in ("prompt", "completion", "label")}
+            for row in unpaired_rows(project_id=project_id, aggregation=aggregation, binarization=binarization,
+                                     seed=seed)]
+
+
+def label_rows(*, project_id: int) -> Iterator[dict]:
+    """The raw thumbs and ratings (labels.jsonl), oldest first: a thumb has aspect "" and value 1 (up) or 0 (down),
+    a rating its aspect and value; ranking_id is the answer it was given in (None: imported)."""
+    chat_sampled = chat_sampled_prompt_ids(project_id=project_id)
+    labels = ResponseLabel.objects.filter(_COUNTED_LABELS, project_id=project_id).order_by("id").values_list(
+        "prompt_id", "prompt__external_id", "prompt__text", "prompt__messages", "response_id", "response__text",
+        "annotator__username", "external_annotator", "aspect", "value", "ranking_id", "created_at")
+    for (prompt_id, external_id, text, messages, response_id, response, username, external, aspect, value,
+         ranking_id, created_at) in labels.iterator(chunk_size=2000):
+        yield {"prompt_id": external_id, "prompt": trl_prompt(text, messages, chat_sampled=prompt_id in chat_sampled),
+               "response_id": response_id, "response": response,
+               "annotator": _label_annotator(username, external), "aspect": aspect, "value": value,
+               "ranking_id": ranking_id, "created_at": created_at.isoformat()}
+
+
+def label_agreement(project: Project) -> agreement.LabelAgreement | None:
+    """Thumbs: Krippendorff's alpha, nominal, a unit per response; ratings: alpha, interval, a unit per (response,
+    aspect); None for the modes that rank (their figures are the rankings')."""
+    if project.mode not in ("thumbs", "ratings"):
+        return None
+    thumbs = project.mode == "thumbs"
+    labels = _labels(project.pk, thumbs=thumbs).values_list("prompt_id", "response_id", "aspect", "value")
+    return agreement.label_alpha(((prompt_id, (response, aspect), value) for prompt_id, response, aspect, value
+                                  in labels.iterator(chunk_size=5000)),
+                                 metric="nominal" if thumbs else "interval")
+
+
 def pair_annotators(*, project_id: int) -> list[str]:
-    """The usernames of the project's annotators who gave pairs: the `annotator:<username>` aggregations offered."""
-    return sorted(
-        PreferencePair.objects.filter(project_id=project_id, ranking__isnull=False)
-        .values_list("ranking__annotator__username", flat=True)
-        .distinct()
-    )
+    """The usernames of the project's annotators who gave pairs (or thumbs, ratings): the `annotator:<username>`
+    aggregations offered."""
+    ranked = set(PreferencePair.objects.filter(project_id=project_id, ranking__isnull=False)
+                 .values_list("ranking__annotator__username", flat=True))
+    labelled = set(ResponseLabel.objects.filter(project_id=project_id, annotator__isnull=False)
+                   .values_list("annotator__username", flat=True))
+    return sorted(ranked | labelled)
 
 
 def prompts_for_training(*, project_id: int) -> list[dict]:

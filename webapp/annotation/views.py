@@ -26,6 +26,7 @@ from django_htmx.http import reswap, retarget
 
 from webapp.accounts.roles import annotator_required, researcher_required
 from webapp.annotation import exporting, selectors, services
+from webapp.annotation.feedback import DEFAULT_BINARIZATION, DEFAULT_SEED
 from webapp.annotation.forms import NO_COMPARISON, ExportForm, ImportForm, ProjectForm, SamplingForm
 from webapp.annotation.importing import ImportFileError, format_from_name
 from webapp.annotation.models import Assignment, ImportJob, Project, Prompt, Ranking, Round, SamplingJob
@@ -468,20 +469,25 @@ def _sampling_job_answer(request: HttpRequest, job: SamplingJob, *, refusal: str
 def project_export(request: HttpRequest, project_id: int, kind: str) -> HttpResponse:
     project = _project(request, project_id)
     form = ExportForm(request.GET or None)
-    if request.GET and not form.is_valid() and "aggregation" in form.errors:
-        return HttpResponseBadRequest(f"aggregation: {' '.join(form.errors['aggregation'])}",
-                                      content_type="text/plain; charset=utf-8")
+    if request.GET and not form.is_valid():
+        for name in ("aggregation", "binarization", "seed"):
+            if name in form.errors:
+                return HttpResponseBadRequest(f"{name}: {' '.join(form.errors[name])}",
+                                              content_type="text/plain; charset=utf-8")
     strategy = form.cleaned_data.get("strategy", "all") if request.GET else "all"
     aggregation = form.cleaned_data.get("aggregation", "all") if request.GET else "all"
+    ratings = _ratings_options(form) if request.GET else {}
     stem = f"{slugify(project.name) or project.pk}-{strategy}"
     if aggregation != "all":
         stem = f"{stem}-{slugify(aggregation)}"
-    pairs = selectors.pair_rows(project_id=project.pk, strategy=strategy, aggregation=aggregation)
+    pairs = selectors.pair_rows(project_id=project.pk, strategy=strategy, aggregation=aggregation, **ratings)
     conversational = selectors.project_has_conversations(project_id=project.pk)
+    if kind in FEEDBACK_EXPORTS:
+        return _feedback_export(project, kind, aggregation=aggregation, conversational=conversational, **ratings)
     if kind == "pairs.jsonl":
         # the API's pair export reads the same rows
         rows = selectors.pair_export_rows(project_id=project.pk, strategy=strategy, aggregation=aggregation,
-                                          conversational=conversational)
+                                          conversational=conversational, **ratings)
         return _stream(exporting.jsonl_lines(rows), f"{stem}-pairs.jsonl", "application/x-ndjson")
     if kind == "pairs.csv":
         return _stream(exporting.csv_lines(pairs), f"{stem}-pairs.csv", "text/csv")
@@ -499,6 +505,32 @@ def project_export(request: HttpRequest, project_id: int, kind: str) -> HttpResp
         shutil.rmtree(archive.parent)
         return response
     raise Http404(f"unknown export {kind!r}")
+
+
+FEEDBACK_EXPORTS = ("unpaired.jsonl", "unpaired.csv", "labels.jsonl")
+
+
+def _ratings_options(form: ExportForm) -> dict:
+    """How ratings become pairs (binarization, seed), as the export form gives them."""
+    return {"binarization": form.cleaned_data.get("binarization", DEFAULT_BINARIZATION),
+            "seed": form.cleaned_data.get("seed", DEFAULT_SEED)}
+
+
+def _feedback_export(project: Project, kind: str, *, aggregation: str, conversational: bool, binarization: str =
+                     DEFAULT_BINARIZATION, seed: int = DEFAULT_SEED) -> StreamingHttpResponse:
+    """The unpaired (KTO) rows, JSONL or CSV, and the raw thumbs and ratings (webapp.annotation.feedback's rules)."""
+    name = slugify(project.name) or str(project.pk)
+    if kind == "labels.jsonl":
+        return _stream(exporting.jsonl_lines(selectors.label_rows(project_id=project.pk)), f"{name}-labels.jsonl",
+                       "application/x-ndjson")
+    stem = f"{name}-unpaired" if aggregation == "all" else f"{name}-{slugify(aggregation)}-unpaired"
+    if kind == "unpaired.csv":
+        rows = selectors.unpaired_rows(project_id=project.pk, aggregation=aggregation, binarization=binarization,
+                                       seed=seed)
+        return _stream(exporting.csv_lines(rows, exporting.UNPAIRED_COLUMNS), f"{stem}.csv", "text/csv")
+    rows = selectors.unpaired_export_rows(project_id=project.pk, aggregation=aggregation, binarization=binarization,
+                                          seed=seed, conversational=conversational)
+    return _stream(exporting.jsonl_lines(rows), f"{stem}.jsonl", "application/x-ndjson")
 
 
 def _stream(lines, filename: str, content_type: str) -> StreamingHttpResponse:

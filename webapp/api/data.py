@@ -24,8 +24,10 @@ from ninja import Field, Query, Router, Schema
 from ninja.errors import HttpError
 from ninja.responses import Status
 
+from trainer.config import SEED_MAX
 from webapp.annotation import exporting, selectors, services
 from webapp.annotation.aggregation import AGGREGATION_PATTERN, AggregationError, aggregation_check
+from webapp.annotation.feedback import BINARIZATIONS, DEFAULT_BINARIZATION, DEFAULT_SEED
 from webapp.annotation.importing import (
     ImportFileError,
     ImportRecord,
@@ -277,6 +279,10 @@ class PairsQuery(PageQuery):
     aggregation: str = Field("all", pattern=AGGREGATION_PATTERN, description="How disagreeing annotators' pairs combine: all, majority, "
                              "drop_conflicts or annotator:<username> (the README, «Annotators who disagree»).")
     stream: Literal["jsonl"] | None = Field(None, description="jsonl: every row as JSON lines, paging ignored.")
+    binarization: Literal[BINARIZATIONS] = Field(  # type: ignore[valid-type]
+        DEFAULT_BINARIZATION, description="How ratings become pairs: chosen is the best mean rating, rejected a "
+                                          "seeded random lower-rated response (random) or the worst one (worst).")
+    seed: int = Field(DEFAULT_SEED, ge=0, le=SEED_MAX, description="The seed of the random binarization.")
 
 
 @router.get("/projects/{project_id}/pairs", response={200: Page[dict[str, Any]], 404: Detail, 422: Detail},
@@ -296,9 +302,42 @@ def pair_list(request: HttpRequest, project_id: int, query: Query[PairsQuery]) -
         aggregation = aggregation_check(query.aggregation)
     except AggregationError as error:
         raise HttpError(422, f"aggregation: {error}") from None
+    ratings = {"binarization": query.binarization, "seed": query.seed}
     rows = selectors.pair_export_rows(project_id=project.pk, strategy=query.strategy, aggregation=aggregation,
-                                      conversational=conversational)
+                                      conversational=conversational, **ratings)
     if query.stream == "jsonl":
         return StreamingHttpResponse(exporting.jsonl_lines(rows), content_type="application/x-ndjson; charset=utf-8")
-    count = selectors.pair_count(project_id=project.pk, strategy=query.strategy, aggregation=aggregation)
+    count = selectors.pair_count(project_id=project.pk, strategy=query.strategy, aggregation=aggregation, **ratings)
     return page_of(rows, paging=query, count=count)
+
+
+class UnpairedQuery(PageQuery):
+    format: Literal["standard", "conversational"] | None = Field(
+        None, description="Omitted: as the page's export (conversational when the project holds a conversation)."
+    )
+    aggregation: str = Field("all", pattern=AGGREGATION_PATTERN, description="How annotators combine: all, majority "
+                             "(one row a response, ties dropped), drop_conflicts or annotator:<username>.")
+    binarization: Literal[BINARIZATIONS] = DEFAULT_BINARIZATION  # type: ignore[valid-type]
+    seed: int = Field(DEFAULT_SEED, ge=0, le=SEED_MAX)
+    stream: Literal["jsonl"] | None = Field(None, description="jsonl: every row as JSON lines, paging ignored.")
+
+
+@router.get("/projects/{project_id}/unpaired", response={200: Page[dict[str, Any]], 404: Detail, 422: Detail},
+            summary="A project's unpaired (KTO) rows in TRL's format, as the page's unpaired JSONL export")
+@researcher_only
+def unpaired_list(request: HttpRequest, project_id: int, query: Query[UnpairedQuery]) -> dict | StreamingHttpResponse:
+    project = project_or_404(request, project_id)
+    conversational = selectors.project_has_conversations(project_id=project.pk)
+    if query.format == "standard" and conversational:
+        raise HttpError(422, "format: the project holds conversations, so its rows are conversational only "
+                             "(format=conversational, or leave format out)")
+    try:
+        aggregation = aggregation_check(query.aggregation)
+    except AggregationError as error:
+        raise HttpError(422, f"aggregation: {error}") from None
+    options = {"aggregation": aggregation, "binarization": query.binarization, "seed": query.seed}
+    rows = selectors.unpaired_export_rows(project_id=project.pk, conversational=conversational or query.format ==
+                                          "conversational", **options)
+    if query.stream == "jsonl":
+        return StreamingHttpResponse(exporting.jsonl_lines(rows), content_type="application/x-ndjson; charset=utf-8")
+    return page_of(rows, paging=query, count=selectors.unpaired_count(project_id=project.pk, **options))

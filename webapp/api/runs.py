@@ -30,7 +30,8 @@ router = Router(tags=["runs"])
 FORM_FIELD_NAMES = {
     "kind": "kind", "name": "name", "config": "config", "data_source": "data_source",
     "level": "data_source.level", "size": "data_source.size", "project": "data_source.project_id",
-    "aggregation": "data_source.aggregation",
+    "aggregation": "data_source.aggregation", "binarization": "data_source.binarization",
+    "binarization_seed": "data_source.binarization_seed",
     "upload": "data_source", "project_id": "project_id", "total_steps": "total_steps",
     "checkpoint": "checkpoint_id", "status": "status", "batch_id": "batch_id", "error": "error",
     "summary": "summary", "tags": "tags", "group": "group",

@@ -1,6 +1,10 @@
 """A run's data source (built-in arithmetic, a project's pairs or prompts, an uploaded file): what each kind of
 run accepts, and the training rows it becomes, in the trainer's row format. Reads only.
 
+A project's preference data ("project_pairs") gives a kind that trains on pairs the project's pairs (a ratings
+project's binarized ones), and a kind that trains on unpaired rows (KTO) the project's unpaired rows from thumbs,
+rankings and ratings alike (webapp.annotation.feedback states both rules).
+
 A project's rows are in TRL's formats (trainer.formats.chat formats them for the model): a conversation prompt gives
 conversational rows (prompt = its messages, chosen / rejected / completion = one assistant message), a text
 prompt standard text rows."""
@@ -19,6 +23,12 @@ from trainer.kinds import run_kind
 from trainer.rewards import reward_row_fields, row_has_field
 from webapp.annotation import selectors as annotation_selectors
 from webapp.annotation.aggregation import AggregationError, aggregation_check
+from webapp.annotation.feedback import (
+    DEFAULT_BINARIZATION,
+    DEFAULT_SEED,
+    BinarizationError,
+    binarization_check,
+)
 
 DATA_SOURCE_TYPES = ("arithmetic", "project_pairs", "project_prompts", "upload")
 ARITHMETIC_EVAL_ROWS = 8
@@ -54,6 +64,12 @@ def data_source_check(kind: str, source: Mapping[str, Any]) -> None:
             aggregation_check(source.get("aggregation", "all"))
         except AggregationError as error:
             raise ValidationError({"aggregation": str(error)}) from None
+        options = ratings_binarization(source)
+        try:
+            binarization_check(options["binarization"], options["seed"])
+        except BinarizationError as error:
+            field, _, problem = str(error).partition(": ")
+            raise ValidationError({SOURCE_BINARIZATION_KEYS[field]: problem}) from None
 
 
 def data_source_rewards_check(kind: str, config: Mapping[str, Any], source: Mapping[str, Any]) -> None:
@@ -125,12 +141,26 @@ def data_source_rows(kind: str, source: Mapping[str, Any]) -> int | None:
         return source.get("rows")
     if source_type == "project_prompts":
         return annotation_selectors.training_prompt_count(project_id=source["project_id"])
-    return annotation_selectors.pair_count(project_id=source["project_id"], aggregation=pair_aggregation(source))
+    if run_kind(kind).rows == "unpaired":
+        return annotation_selectors.unpaired_count(project_id=source["project_id"], aggregation=pair_aggregation(source),
+                                                   **ratings_binarization(source))
+    return annotation_selectors.pair_count(project_id=source["project_id"], aggregation=pair_aggregation(source),
+                                           **ratings_binarization(source))
 
 
 def pair_aggregation(source: Mapping[str, Any]) -> str:
     """How a project's pairs source combines disagreeing annotators: "all" for a source stored before it was named."""
     return source.get("aggregation", "all")
+
+
+# the selectors' option -> its key in a project source (`binarization_seed`: the config has a `seed` of its own)
+SOURCE_BINARIZATION_KEYS = {"binarization": "binarization", "seed": "binarization_seed"}
+
+
+def ratings_binarization(source: Mapping[str, Any]) -> dict[str, Any]:
+    """How a project's ratings become pairs for a run (webapp.annotation.feedback): the defaults where not named."""
+    return {"binarization": source.get("binarization", DEFAULT_BINARIZATION),
+            "seed": source.get("binarization_seed", DEFAULT_SEED)}
 
 
 def _arithmetic_rows(kind: str, level: int, split: str, count: int) -> list[dict]:
@@ -151,8 +181,13 @@ def training_rows(kind: str, source: Mapping[str, Any]) -> tuple[list[dict], lis
         return read_jsonl_file(source["path"]), None
     if source_type == "project_prompts":
         return annotation_selectors.prompts_for_training(project_id=source["project_id"]), None
+    if run_kind(kind).rows == "unpaired":
+        return annotation_selectors.unpaired_for_training(project_id=source["project_id"],
+                                                          aggregation=pair_aggregation(source),
+                                                          **ratings_binarization(source)), None
     pairs = annotation_selectors.preference_pairs_for_training(project_id=source["project_id"],
-                                                               aggregation=pair_aggregation(source))
+                                                               aggregation=pair_aggregation(source),
+                                                               **ratings_binarization(source))
     if run_kind(kind).rows == "completions":
         return [{"prompt": pair["prompt"], "completion": pair["chosen"]} for pair in pairs], None
     return pairs, None

@@ -11,8 +11,10 @@ from django import forms
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
 
+from trainer.config import SEED_MAX
 from trainer.kinds import run_kind
 from trainer.rewards import REWARD_FUNCTIONS
+from webapp.annotation.feedback import BINARIZATIONS, DEFAULT_BINARIZATION, DEFAULT_SEED
 from webapp.experiments import selectors
 from webapp.experiments.models import ModelRef
 from webapp.experiments.services import MODEL_FIELDS, SERVICE_FIELDS, field_architectures
@@ -32,7 +34,8 @@ GROUP_ORDER = ("model", "optimisation", "processes", "data", "logging", "advance
 GROUP_TITLES = {"data": "Sequences and sampling", "processes": "Processes (data parallel, sharded)"}
 OPEN_GROUPS = ("model", "optimisation")
 # the fields above the config groups, in the order the page shows them
-SOURCE_FIELDS = ("name", "data_source", "level", "size", "project", "aggregation", "upload")
+SOURCE_FIELDS = ("name", "data_source", "level", "size", "project", "aggregation", "binarization", "binarization_seed",
+                 "upload")
 
 
 def _projects(user: AbstractBaseUser) -> list[tuple[int, str, int, int]]:
@@ -123,6 +126,12 @@ class LaunchForm(forms.Form):
     project = forms.TypedChoiceField(coerce=int, required=False, empty_value=None)
     aggregation = forms.ChoiceField(required=False, initial="all", help_text=(
         "A project's pairs: how annotators who disagree on a pair are combined (the README, «Annotators who disagree»)."))
+    binarization = forms.ChoiceField(
+        required=False, initial=DEFAULT_BINARIZATION, choices=[(name, name) for name in BINARIZATIONS],
+        help_text="A project's ratings as pairs: chosen = the best mean rating, rejected = a random lower-rated "
+                  "response (seeded) or the worst.")
+    binarization_seed = forms.IntegerField(required=False, min_value=0, max_value=SEED_MAX, initial=DEFAULT_SEED,
+                                           help_text="The seed of the random binarization of ratings.")
     upload = forms.FileField(required=False, help_text="JSONL; one object per line with the fields the kind needs.")
 
     def __init__(self, *args: Any, kind: str, user: AbstractBaseUser, initial_config: dict[str, Any] | None = None,
@@ -221,10 +230,19 @@ class LaunchForm(forms.Form):
                     "size": self.cleaned_data.get("size")}
         if source == "project_pairs":
             return {"type": source, "project_id": self.cleaned_data.get("project"),
-                    "aggregation": self.cleaned_data.get("aggregation") or "all"}
+                    "aggregation": self.cleaned_data.get("aggregation") or "all", **self._ratings_binarization()}
         if source == "project_prompts":
             return {"type": source, "project_id": self.cleaned_data.get("project")}
         return {"type": "upload"}
+
+    def _ratings_binarization(self) -> dict[str, Any]:
+        """The ratings' binarization, stored only where it is not the default (a source without it is the default)."""
+        options = {"binarization": self.cleaned_data.get("binarization") or DEFAULT_BINARIZATION,
+                   "binarization_seed": self.cleaned_data.get("binarization_seed")}
+        if options["binarization_seed"] is None:
+            options["binarization_seed"] = DEFAULT_SEED
+        defaults = {"binarization": DEFAULT_BINARIZATION, "binarization_seed": DEFAULT_SEED}
+        return {key: value for key, value in options.items() if value != defaults[key]}
 
     # set when the job queue could not take the launch: the form itself was fine
     queue_unavailable = False

@@ -69,6 +69,7 @@ def fork_initial(parent: Run) -> dict[str, Any]:
         initial["project"] = source["project_id"]
         if source.get("aggregation"):
             initial["aggregation"] = source["aggregation"]
+        initial.update({key: source[key] for key in ("binarization", "binarization_seed") if key in source})
     return initial
 
 
@@ -393,7 +394,11 @@ def _aggregation_words(source: Mapping[str, Any]) -> str:
     aggregation = source.get("aggregation")
     if source.get("type") != "project_pairs" or not isinstance(aggregation, str):
         return ""
-    return f", aggregation: {aggregation}"
+    words = f", aggregation: {aggregation}"
+    if "binarization" in source or "binarization_seed" in source:  # stored where not the default
+        words += (f", ratings binarized: {source.get('binarization', 'random')} "
+                  f"(seed {source.get('binarization_seed', 0)})")
+    return words
 
 
 def project_reachable(project_id: int, *, user: AbstractBaseUser | None) -> bool:

@@ -20,7 +20,7 @@ from webapp.experiments.models import ModelRef, Run
 pytestmark = pytest.mark.django_db
 
 LIST_PATHS = ["/projects", "/runs", "/models", "/projects/{project}/prompts", "/projects/{project}/rankings",
-              "/projects/{project}/pairs", "/runs/{run}/samples"]
+              "/projects/{project}/pairs", "/projects/{project}/unpaired", "/runs/{run}/samples"]
 
 
 @pytest.fixture

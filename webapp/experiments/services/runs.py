@@ -75,7 +75,8 @@ def _data_size_check(kind: str, config: dict[str, Any], data_source: Mapping[str
     if rows is None:
         return
     if rows == 0:
-        rows_are = "prompts" if run_kind(kind).online else "preference pairs"
+        rows_are = {"prompts": "prompts", "unpaired": "thumbs, rankings or ratings (KTO's unpaired rows)"}.get(
+            run_kind(kind).rows, "preference pairs")
         raise ValidationError({"project": f"the project has no {rows_are} to train on yet"})
     try:
         check_data_size(config_from_dict(kind, config), rows)
