@@ -56,7 +56,7 @@ csv.field_size_limit(CSV_CELL_MAX_CHARS)
 IMPORT_LINE_MAX_BYTES = 64 * 2**20
 FIELD_MAX_CHARS = 200
 _KNOWN_FIELDS = {"id", "external_id", "prompt", "messages", "responses", "chosen", "rejected", "answer",
-                 "reference_answer", "metadata", "completion", "label"}
+                 "reference_answer", "metadata"}
 # Columns of Preflab's own pair export that name things of the project it came from (its rankings, rounds, users):
 # a pair row's weight and margin are kept, these are left out rather than kept as metadata.
 _PAIR_EXPORT_FIELDS = {"weight", "margin", "ranking_id", "annotator", "chosen_round", "rejected_round",

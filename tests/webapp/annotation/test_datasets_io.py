@@ -386,3 +386,11 @@ def test_an_argilla_rating_that_names_no_response_is_refused():
         parse_import(json.dumps(row).encode() + b"\n", file_format="jsonl")
     assert (caught.value.line, caught.value.field) == (1, "quality.responses")
     assert "end it with the response's number" in caught.value.problem
+
+
+def test_the_project_page_links_every_export(researcher_client, researcher):
+    project = _fresh("Links", researcher)
+    page = researcher_client.get(reverse("annotation:project_detail", args=[project.pk])).content.decode()
+    for kind in ("pairs.parquet", "unpaired.parquet", "unpaired-dataset.zip", "argilla.parquet", "dataset.zip"):
+        assert reverse("annotation:project_export", args=[project.pk, kind]) in page
+    assert "Parquet" in page and "datasets directory (zip)" in page  # the import form's formats
