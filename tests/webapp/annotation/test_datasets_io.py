@@ -394,3 +394,4 @@ def test_the_project_page_links_every_export(researcher_client, researcher):
     for kind in ("pairs.parquet", "unpaired.parquet", "unpaired-dataset.zip", "argilla.parquet", "dataset.zip"):
         assert reverse("annotation:project_export", args=[project.pk, kind]) in page
     assert "Parquet" in page and "datasets directory (zip)" in page  # the import form's formats
+
