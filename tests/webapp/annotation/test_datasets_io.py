@@ -283,6 +283,8 @@ def test_an_argilla_parquet_file_imports_with_its_responses_and_suggestions(rese
     import_job_execute(job_id=job.pk)  # through the import job, as the page does
     job.refresh_from_db()
     assert job.status == "succeeded", job.error
+    assert job.outcome == ("Imported 2 prompts (4 responses, 1 preference pair, 3 labels, 3 suggestions) from "
+                           "argilla-records.parquet; 0 were already in the project.")
     first, second = Prompt.objects.filter(project=project).order_by("id")
     assert (first.external_id, first.text, first.annotatable) == ("rec-1", "Name a prime.", False)
     assert first.metadata == {"status": "completed", "source": "web",

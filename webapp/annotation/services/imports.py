@@ -312,7 +312,8 @@ def import_job_writing(*, job_id: int, rows_checked: int) -> None:
 def import_job_succeed(*, job_id: int, summary: ImportSummary) -> None:
     lifecycle.job_end(IMPORT_JOB, job_id, ImportStatus.SUCCEEDED, only_from=IMPORT_JOB.active,
                       created_count=summary.created, already_present=summary.already_present,
-                      responses_count=summary.responses, pairs_count=summary.pairs)
+                      responses_count=summary.responses, pairs_count=summary.pairs, labels_count=summary.labels,
+                      suggestions_count=summary.suggestions)
 
 
 def import_job_fail(*, job_id: int, error: ImportFileError | str) -> bool:
