@@ -6,6 +6,7 @@ written."""
 import csv
 import io
 import json
+import shutil
 import zipfile
 from pathlib import Path
 
@@ -25,7 +26,15 @@ from webapp.annotation.exporting import (
     write_parquet,
 )
 from webapp.annotation.importing import ImportFileError, iter_import, parse_import
-from webapp.annotation.models import ImportJob, PreferencePair, Project, Prompt, Response, ResponseLabel, Suggestion
+from webapp.annotation.models import (
+    ImportJob,
+    PreferencePair,
+    Project,
+    Prompt,
+    Response,
+    ResponseLabel,
+    Suggestion,
+)
 from webapp.annotation.selectors import responses_shown
 from workers.importing import import_job_execute
 
@@ -397,3 +406,14 @@ def test_the_project_page_links_every_export(researcher_client, researcher):
         assert reverse("annotation:project_export", args=[project.pk, kind]) in page
     assert "Parquet" in page and "datasets directory (zip)" in page  # the import form's formats
 
+
+
+def test_argilla_records_saved_with_save_to_disk_import_from_a_zip(researcher, tmp_path):
+    """Argilla's `to_datasets()` then `save_to_disk`, as a DatasetDict with a train split, zipped one folder deep."""
+    from datasets import Dataset, DatasetDict
+
+    DatasetDict({"train": Dataset(_argilla_table())}).save_to_disk(str(tmp_path / "export" / "records"))
+    archive = Path(shutil.make_archive(str(tmp_path / "records"), "zip", root_dir=tmp_path / "export"))
+    project = _fresh("Zipped Argilla", researcher)
+    summary = _import(project, archive.read_bytes(), "dataset")
+    assert (summary.created, summary.responses, summary.pairs, summary.labels, summary.suggestions) == (2, 4, 1, 3, 3)
