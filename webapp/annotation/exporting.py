@@ -110,7 +110,9 @@ def save_dataset(
         parts, count = [], 0
         for index, chunk in enumerate(_chunks(rows, chunk_rows)):
             part = parts_root / f"part-{index:05d}"
-            Dataset.from_list(chunk, features=features).save_to_disk(str(part))
+            # a row's keys are the schema's: one it lacks is null, one the schema lacks is left out
+            Dataset.from_list([{name: row.get(name) for name in features} for row in chunk],
+                              features=features).save_to_disk(str(part))
             parts.append(load_from_disk(str(part)))
             count += len(chunk)
         if not count:
@@ -176,7 +178,7 @@ _UNPAIRED_COLUMN_TYPES = {"annotator": "string", "aspect": "string", "value": "f
 def unpaired_features(columns: Iterable[str] = ("prompt", "completion", "label"), *, conversational: bool = False,
                       sample: Iterable[dict] = ()):
     """TRL's unpaired schema (prompt, completion: text or messages; label: bool) and the other `columns`' types:
-    known ones fixed, others from the first value `sample` holds (string when none)."""
+    known ones fixed, others from the first value `sample` holds (string when none; a nested one is left out)."""
     from datasets import Features, List, Value
 
     text = Value("string")
@@ -188,17 +190,18 @@ def unpaired_features(columns: Iterable[str] = ("prompt", "completion", "label")
             types[column] = dialogue
         elif column == "label":
             types[column] = Value("bool")
-        else:
-            types[column] = Value(_UNPAIRED_COLUMN_TYPES.get(column) or _inferred_type(column, sample))
+        elif dtype := _UNPAIRED_COLUMN_TYPES.get(column) or _inferred_type(column, sample):
+            types[column] = Value(dtype)
     return Features(types)
 
 
-def _inferred_type(column: str, sample: list[dict]) -> str:
+def _inferred_type(column: str, sample: list[dict]) -> str | None:
+    """A scalar column's type from its first value (string when it has none); None for a nested one, left out."""
     value = next((row[column] for row in sample if row.get(column) is not None), None)
-    for kind, name in ((bool, "bool"), (int, "int64"), (float, "float64")):
+    for kind, name in ((bool, "bool"), (int, "int64"), (float, "float64"), (str, "string")):
         if isinstance(value, kind):
             return name
-    return "string"
+    return "string" if value is None else None
 
 
 def unpaired_rows_features(rows: Iterable[dict], *, conversational: bool, chunk_rows: int = DATASET_CHUNK_ROWS):

@@ -417,3 +417,24 @@ def test_argilla_records_saved_with_save_to_disk_import_from_a_zip(researcher, t
     project = _fresh("Zipped Argilla", researcher)
     summary = _import(project, archive.read_bytes(), "dataset")
     assert (summary.created, summary.responses, summary.pairs, summary.labels, summary.suggestions) == (2, 4, 1, 3, 3)
+
+
+@pytest.mark.django_db(False)
+def test_unpaired_writers_type_extra_columns_and_leave_nested_ones_out(tmp_path):
+    from datasets import load_from_disk
+
+    rows = [{"prompt": "q", "completion": "a", "label": True, "annotator": None, "seen": 3, "tiers": [[1]]},
+            {"prompt": "q", "completion": "b", "label": False, "annotator": "ann1", "seen": 4, "tiers": [[2]]}]
+    rows_out, features = unpaired_rows_features(iter(rows), conversational=False)
+    assert list(features) == ["prompt", "completion", "label", "annotator", "seen"]
+    write_parquet(rows_out, tmp_path / "u.parquet", features=features)
+    expected = [{key: value for key, value in row.items() if key != "tiers"} for row in rows]
+    assert pq.read_table(tmp_path / "u.parquet").to_pylist() == expected
+    rows_out, features = unpaired_rows_features(iter(rows), conversational=True)
+    archive = dataset_zip(rows_out, name="u", features=features)
+    with zipfile.ZipFile(archive) as opened:
+        opened.extractall(tmp_path / "zip")
+    shutil.rmtree(archive.parent)
+    loaded = load_from_disk(str(tmp_path / "zip" / "u")).to_list()
+    assert loaded[1]["prompt"] == [{"role": "user", "content": "q"}]
+    assert loaded[1]["completion"] == [{"role": "assistant", "content": "b"}] and loaded[1]["seen"] == 4
