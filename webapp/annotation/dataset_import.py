@@ -1,6 +1,7 @@
 """Rows of columnar import files: a Parquet file, or a zipped Hugging Face `datasets` directory (`save_to_disk`).
 
-Both are read a batch of rows at a time (pyarrow), so memory holds one batch, never the file. A null cell is an
+Both are read a batch of rows at a time (pyarrow; a datasets directory's Arrow files as streams, as its state.json
+lists them), so memory holds one batch (at most a Parquet row group), never the file. A null cell is an
 absent field (a Parquet file typing a column once, a row without a margin holds null there); an Argilla
 question's null column stays, as it tells the file's schema. A zip is unpacked into
 a temporary directory that goes when its rows have been read; a member with an unsafe path (absolute, climbing out
@@ -50,9 +51,20 @@ def _parquet_batches(stream: BinaryIO) -> Iterator:
 
 
 def _dataset_batches(stream: BinaryIO) -> Iterator:
+    """The record batches of a zipped datasets directory's Arrow files, read as streams (not memory-mapped, as
+    `load_from_disk` would: its pages would count in the worker's memory as they are read)."""
+    import pyarrow as pa
+
     with tempfile.TemporaryDirectory(prefix="preflab-import-") as workspace:
-        dataset = _loaded_dataset(_unzipped_dataset(stream, Path(workspace)))
-        yield from dataset.with_format("arrow").iter(batch_size=BATCH_ROWS)
+        directory = _dataset_split(_unzipped_dataset(stream, Path(workspace)))
+        for name in _data_files(directory):
+            try:
+                with pa.OSFile(str(directory / name)) as source:
+                    for batch in pa.ipc.open_stream(source):
+                        for offset in range(0, batch.num_rows, BATCH_ROWS):
+                            yield batch.slice(offset, BATCH_ROWS)
+            except (pa.ArrowException, OSError) as error:
+                raise ImportFileError(0, "file", f"the datasets directory's {name} is not readable ({error})") from None
 
 
 def _unzipped_dataset(stream: BinaryIO, workspace: Path) -> Path:
@@ -91,20 +103,44 @@ def _refuse_unsafe(member: zipfile.ZipInfo) -> None:
                                          f"with '..', or a link): nothing was unpacked")
 
 
-def _loaded_dataset(directory: Path):  # -> datasets.Dataset
-    from datasets import Dataset, DatasetDict, load_from_disk
+def _dataset_split(directory: Path) -> Path:
+    """A DatasetDict's train split (or its one split); a Dataset's own directory."""
+    if not (directory / "dataset_dict.json").is_file():
+        return directory
+    splits = _json(directory / "dataset_dict.json").get("splits")
+    if not isinstance(splits, list) or not all(isinstance(split, str) and _plain_name(split) for split in splits):
+        raise ImportFileError(0, "file", "the dataset_dict.json does not list its splits")
+    if "train" in splits:
+        return directory / "train"
+    if len(splits) != 1:
+        raise ImportFileError(0, "file", f"the dataset has the splits {', '.join(splits)} and none named train: "
+                                         f"zip one split")
+    return directory / splits[0]
+
+
+def _data_files(directory: Path) -> list[str]:
+    """The Arrow files state.json lists, in order."""
+    state = _json(directory / "state.json")
+    files = state.get("_data_files")
+    names = [entry.get("filename") for entry in files if isinstance(entry, dict)] if isinstance(files, list) else []
+    if not names or not all(isinstance(name, str) and _plain_name(name) and (directory / name).is_file()
+                            for name in names):
+        raise ImportFileError(0, "file", "the datasets directory's state.json does not name its data files "
+                                         "(data-00000-of-00001.arrow, ...) beside it")
+    return names
+
+
+def _plain_name(name: str) -> bool:
+    return bool(name) and PurePosixPath(name).name == name and name not in (".", "..")
+
+
+def _json(path: Path) -> dict:
+    import json
 
     try:
-        loaded = load_from_disk(str(directory))
-    except (FileNotFoundError, ValueError, OSError, KeyError) as error:
-        raise ImportFileError(0, "file", f"the datasets directory does not load ({error})") from None
-    if isinstance(loaded, DatasetDict):
-        splits = list(loaded)
-        if "train" in loaded:
-            return loaded["train"]
-        if len(splits) != 1:
-            raise ImportFileError(0, "file", f"the dataset has the splits {', '.join(splits)} and none named train: "
-                                             f"zip one split")
-        return loaded[splits[0]]
-    assert isinstance(loaded, Dataset)
-    return loaded
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise ImportFileError(0, "file", f"the datasets directory's {path.name} is not readable ({error})") from None
+    if not isinstance(value, dict):
+        raise ImportFileError(0, "file", f"the datasets directory's {path.name} is not a JSON object")
+    return value
