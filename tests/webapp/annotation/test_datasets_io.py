@@ -438,3 +438,15 @@ def test_unpaired_writers_type_extra_columns_and_leave_nested_ones_out(tmp_path)
     loaded = load_from_disk(str(tmp_path / "zip" / "u")).to_list()
     assert loaded[1]["prompt"] == [{"role": "user", "content": "q"}]
     assert loaded[1]["completion"] == [{"role": "assistant", "content": "b"}] and loaded[1]["seen"] == 4
+
+
+def test_the_export_command_writes_parquet_and_argilla_records(researcher, tmp_path):
+    from django.core.management import call_command
+
+    project = _ranked(researcher)
+    for file_format in ("parquet", "argilla"):
+        call_command("export_preferences", "--project", project.name, "--format", file_format, "--output",
+                     str(tmp_path / f"{file_format}.parquet"), stdout=io.StringIO())
+    assert len(pq.read_table(tmp_path / "parquet.parquet")) == 6
+    assert pq.read_table(tmp_path / "argilla.parquet").column("ranking.responses.users").to_pylist() == [
+        ["ann0"], ["ann0"]]
