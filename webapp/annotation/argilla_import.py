@@ -92,14 +92,15 @@ def argilla_record(line: int, row: dict) -> ImportRecord:
     kept: dict[str, list[dict]] = {}
     for question, columns in sorted(questions.items()):
         answers = _answers(line, question, columns)
+        kind = _question_kind([value for _, value in answers], names)
         for user, value in answers:
-            if _is_ranking(value, names):
+            if kind == "ranking":
                 pairs += _ranking_pairs(line, question, value, names)
-            elif _thumb_value(value) is not None or _is_rating(value):
+            elif kind in ("thumb", "rating"):
                 response, aspect = _target(line, question, names)
                 thumb = _thumb_value(value)
-                labels.append(ImportedLabel(response, THUMB_ASPECT if thumb is not None else aspect,
-                                            thumb if thumb is not None else float(value), user[:200]))
+                labels.append(ImportedLabel(response, THUMB_ASPECT if kind == "thumb" else aspect,
+                                            thumb if kind == "thumb" else float(value), user[:200]))
             else:
                 kept.setdefault(question, []).append({"user": user, "value": value})
         if columns.get(".suggestion") is not None:
@@ -200,6 +201,18 @@ def _ranking_pairs(line: int, question: str, value: object, names: Sequence[str]
     if len({index for tier in ordered for index in tier}) != sum(len(tier) for tier in ordered):
         raise ImportFileError(line, f"{question}.responses", "a ranking names one response twice")
     return [ImportedPair(pair.chosen, pair.rejected, pair.weight, pair.margin) for pair in pairs_from_tiers(ordered)]
+
+
+def _question_kind(values: list, names: Sequence[str]) -> str:
+    """What a question's answers are, all of them alike: a ranking, thumbs, ratings, or other (kept as metadata).
+    A label question answering "good" once and "neutral" once is not thumbs."""
+    if values and all(_is_ranking(value, names) for value in values):
+        return "ranking"
+    if values and all(_thumb_value(value) is not None for value in values):
+        return "thumb"
+    if values and all(_is_rating(value) for value in values):
+        return "rating"
+    return "other"
 
 
 def _thumb_value(value: object) -> float | None:

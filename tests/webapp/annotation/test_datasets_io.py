@@ -450,3 +450,13 @@ def test_the_export_command_writes_parquet_and_argilla_records(researcher, tmp_p
     assert len(pq.read_table(tmp_path / "parquet.parquet")) == 6
     assert pq.read_table(tmp_path / "argilla.parquet").column("ranking.responses.users").to_pylist() == [
         ["ann0"], ["ann0"]]
+
+
+def test_an_argilla_label_question_that_is_not_all_good_or_bad_stays_metadata():
+    row = {"prompt": "q", "response": "a", "sentiment.responses": ["positive", "neutral"],
+           "sentiment.responses.users": ["u1", "u2"], "ok.responses": ["yes", "no"], "ok.responses.users": ["u1", "u2"]}
+    (record,) = parse_import(json.dumps(row).encode() + b"\n", file_format="jsonl")
+    assert [(label.aspect, label.value, label.annotator) for label in record.labels] == [("", 1.0, "u1"),
+                                                                                         ("", 0.0, "u2")]
+    assert record.metadata == {"argilla_responses": {"sentiment": [{"user": "u1", "value": "positive"},
+                                                                   {"user": "u2", "value": "neutral"}]}}
