@@ -9,6 +9,8 @@ with "..", a link) or a zip that would unpack to more than UNZIPPED_MAX_BYTES is
 The rows then go through the same checks as a JSONL file's (importing.checked_record).
 """
 
+import datetime
+import decimal
 import stat
 import tempfile
 import zipfile
@@ -33,7 +35,26 @@ def columnar_rows(stream: BinaryIO, *, file_format: str) -> Iterator[tuple[int, 
         for row in batch.to_pylist():
             number += 1
             # an Argilla question's column (`<q>.responses`) is kept when null: its name says what the file is
-            yield number, {key: value for key, value in row.items() if value is not None or "." in key}
+            yield number, {key: _json_value(number, key, value) for key, value in row.items()
+                           if value is not None or "." in key}
+
+
+def _json_value(row: int, column: str, value: object) -> object:
+    """A cell as JSON holds it: dates and times as ISO text, decimals as numbers; binary cells are refused."""
+    if isinstance(value, dict):
+        return {key: _json_value(row, column, item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_json_value(row, column, item) for item in value]
+    if isinstance(value, datetime.date | datetime.time):
+        return value.isoformat()
+    if isinstance(value, datetime.timedelta):
+        return value.total_seconds()
+    if isinstance(value, decimal.Decimal):
+        return float(value)
+    if isinstance(value, bytes | bytearray):
+        raise ImportFileError(row, column, "holds binary data (an image, say): only text, numbers and lists of "
+                                           "them can be imported", unit="row")
+    return value
 
 
 def _parquet_batches(stream: BinaryIO) -> Iterator:

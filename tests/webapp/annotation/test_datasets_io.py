@@ -460,3 +460,13 @@ def test_an_argilla_label_question_that_is_not_all_good_or_bad_stays_metadata():
                                                                                          ("", 0.0, "u2")]
     assert record.metadata == {"argilla_responses": {"sentiment": [{"user": "u1", "value": "positive"},
                                                                    {"user": "u2", "value": "neutral"}]}}
+
+
+def test_parquet_dates_become_text_and_binary_cells_are_refused(researcher):
+    import datetime
+
+    table = pa.table({"prompt": ["q"], "responses": [["a", "b"]], "seen": [datetime.date(2026, 11, 29)]})
+    (record,) = parse_import(_parquet_bytes(table), file_format="parquet")
+    assert (record.responses, record.metadata) == (("a", "b"), {"seen": "2026-11-29"})
+    with pytest.raises(ImportFileError, match=r"row 1, field 'image': holds binary data"):
+        parse_import(_parquet_bytes(pa.table({"prompt": ["q"], "image": [b"\x89PNG"]})), file_format="parquet")
