@@ -158,17 +158,6 @@ def _noun(features) -> str:
     return "unpaired rows" if "label" in features and "completion" in features else "preference pairs"
 
 
-def conversational_unpaired_rows(rows: Iterable[dict]) -> Iterator[dict]:
-    """Unpaired rows all in TRL's conversational format: a text prompt becomes one user turn, a completion one
-    assistant message."""
-    for row in rows:
-        if isinstance(row["prompt"], str):
-            row = {**row, "prompt": [{"role": "user", "content": row["prompt"]}]}
-        if isinstance(row["completion"], str):
-            row = {**row, "completion": [{"role": "assistant", "content": row["completion"]}]}
-        yield row
-
-
 # the types of the columns unpaired rows may carry besides prompt, completion and label; any other is inferred
 _UNPAIRED_COLUMN_TYPES = {"annotator": "string", "aspect": "string", "value": "float64", "weight": "float64",
                           "margin": "float64", "ranking_id": "int64", "response_id": "int64", "prompt_id": "string",
@@ -206,8 +195,8 @@ def _inferred_type(column: str, sample: list[dict]) -> str | None:
 
 def unpaired_rows_features(rows: Iterable[dict], *, conversational: bool, chunk_rows: int = DATASET_CHUNK_ROWS):
     """(rows, features) for an unpaired export: the schema read from the first chunk, the rows unchanged (the chunk
-    put back in front); conversational rows when `conversational`."""
-    iterator = iter(conversational_unpaired_rows(rows) if conversational else rows)
+    put back in front). `conversational`: the rows are all conversational (selectors.unpaired_export_rows)."""
+    iterator = iter(rows)
     first = list(itertools.islice(iterator, chunk_rows))
     columns = list(dict.fromkeys(["prompt", "completion", "label", *(key for row in first for key in row)]))
     features = unpaired_features(columns, conversational=conversational, sample=first)

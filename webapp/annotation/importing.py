@@ -445,8 +445,7 @@ def _unpaired_record(line: int, row: dict) -> ImportRecord:
             raise ImportFileError(line, name, "missing: TRL's unpaired format has prompt, completion and label")
     if not isinstance(row["label"], bool):
         raise ImportFileError(line, "label", f"must be true or false, got {row['label']!r}")
-    base = _record(line, {key: value for key, value in row.items() if key not in ("completion", "label",
-                                                                                  "annotator")})
+    base = _record(line, {key: value for key, value in row.items() if key not in _UNPAIRED_ROW_FIELDS})
     completion = _response_text(line, "completion", row["completion"])
     annotator = row.get("annotator") or ""
     if not isinstance(annotator, str):
@@ -458,6 +457,9 @@ def _unpaired_record(line: int, row: dict) -> ImportRecord:
 
 
 THUMB_ASPECT = ""  # ResponseLabel.THUMB (models import nothing from here)
+# An unpaired row's own fields, and the columns of Preflab's unpaired export that name things of the project it came
+# from (its response, round and model, where the row came from): not the item's metadata.
+_UNPAIRED_ROW_FIELDS = {"completion", "label", "annotator", "response_id", "source", "round", "model"}
 
 
 def joined_records(first: ImportRecord, other: ImportRecord) -> ImportRecord:

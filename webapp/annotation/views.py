@@ -528,8 +528,9 @@ def _dataset_export(request: HttpRequest, project: Project, kind: str, *, stem: 
                                           name=f"{slugify(project.name) or project.pk}-argilla.parquet",
                                           features=argilla_export.argilla_features(layout))
         else:
-            rows, features = exporting.unpaired_rows_features(selectors.unpaired_rows(project_id=project.pk),
-                                                              conversational=conversational)
+            rows = selectors.unpaired_export_rows(project_id=project.pk, aggregation=aggregation,
+                                                  conversational=conversational)
+            rows, features = exporting.unpaired_rows_features(rows, conversational=conversational)
             name = f"{slugify(project.name) or project.pk}-unpaired"
             if kind == "unpaired.parquet":
                 path = exporting.parquet_file(rows, name=f"{name}.parquet", features=features)
