@@ -512,14 +512,15 @@ def _card(project: Project, kind: str, **options: str) -> exporting.DatasetCard:
 
 
 def _dataset_export(request: HttpRequest, project: Project, kind: str, *, stem: str, strategy: str,
-                    aggregation: str, conversational: bool) -> HttpResponse:
-    """Parquet files and the unpaired datasets zip: written to a temporary file, then sent."""
+                    aggregation: str, conversational: bool, **ratings: object) -> HttpResponse:
+    """Parquet files and the unpaired datasets zip: written to a temporary file, then sent. `ratings`: how a
+    ratings project's ratings become pairs, as the form says (binarization, seed)."""
     from webapp.annotation import argilla_export
 
     try:
         if kind == "pairs.parquet":
             rows = selectors.pair_export_rows(project_id=project.pk, strategy=strategy, aggregation=aggregation,
-                                              conversational=conversational)
+                                              conversational=conversational, **ratings)
             path = exporting.parquet_file(rows, name=f"{stem}-pairs.parquet",
                                           features=exporting.pair_features(conversational=conversational))
         elif kind == "argilla.parquet":
@@ -529,13 +530,14 @@ def _dataset_export(request: HttpRequest, project: Project, kind: str, *, stem: 
                                           features=argilla_export.argilla_features(layout))
         else:
             rows = selectors.unpaired_export_rows(project_id=project.pk, aggregation=aggregation,
-                                                  conversational=conversational)
+                                                  conversational=conversational, **ratings)
             rows, features = exporting.unpaired_rows_features(rows, conversational=conversational)
             name = f"{slugify(project.name) or project.pk}-unpaired"
             if kind == "unpaired.parquet":
                 path = exporting.parquet_file(rows, name=f"{name}.parquet", features=features)
             else:
-                path = exporting.dataset_zip(rows, name=name, features=features, card=_card(project, "unpaired"))
+                path = exporting.dataset_zip(rows, name=name, features=features,
+                                             card=_card(project, "unpaired", aggregation=aggregation, **ratings))
     except ValueError as error:
         messages.error(request, str(error))
         return redirect("annotation:project_detail", project_id=project.pk)
