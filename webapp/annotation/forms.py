@@ -139,10 +139,17 @@ class ProjectForm(forms.ModelForm):
         return value
 
 
+_FORMAT_LABELS = {"parquet": "Parquet", "dataset": "datasets directory (zip)"}
+
+
 class ImportForm(forms.Form):
-    file = forms.FileField(help_text="JSONL or CSV: {prompt, responses}, {prompt}, {prompt, chosen, rejected} or chat messages.")
+    file = forms.FileField(help_text=(
+        "JSONL, CSV, Parquet or a zipped Hugging Face datasets directory: {prompt, responses}, {prompt}, "
+        "{prompt, chosen, rejected}, chat messages, TRL's unpaired {prompt, completion, label}, or Argilla's "
+        "exported records."))
     file_format = forms.ChoiceField(
-        choices=[("auto", "from the file name"), *((name, name.upper()) for name in FORMATS)], initial="auto"
+        choices=[("auto", "from the file name"), *((name, _FORMAT_LABELS.get(name, name.upper())) for name in FORMATS)],
+        initial="auto",
     )
 
     def __init__(self, *args: object, **kwargs: object) -> None:

@@ -1,4 +1,5 @@
-"""Parsing import files (JSONL or CSV) into validated records; writing them is `services.prompts_import`.
+"""Parsing import files (JSONL, CSV, Parquet or a zipped `datasets` directory) into validated records; writing them
+is `services.prompts_import`.
 
 Accepted shapes, one per line or row:
 - {"prompt": "...", "responses": ["...", "..."]}           responses to rank
@@ -7,12 +8,18 @@ Accepted shapes, one per line or row:
 - {"messages": [{"role": ..., "content": ...}, ...]}       chat; a final assistant message is a response
 - {"chosen": [...], "rejected": [...]}                     TRL's implicit prompt: two whole conversations sharing
                                                            their first turns, each ending with its own answer
-`prompt`, `chosen` and `rejected` may also be chat message lists (TRL's conversational format); a conversational
-prompt is kept as its messages. TRL's unpaired format ({prompt, completion, label}) is refused: a lone completion
-with a thumbs up or down is not a preference between responses.
+- {"prompt": "...", "completion": "...", "label": true}   TRL's unpaired format: a response with an imported thumb
+                                                           (up for true, down for false); rows sharing a prompt
+                                                           join one item (webapp.annotation.dataset_import)
+- Argilla's exported record columns (`<question>.responses`, `.suggestion`, ...): webapp.annotation.argilla_import
+`prompt`, `chosen`, `rejected` and `completion` may also be chat message lists (TRL's conversational format); a
+conversational prompt is kept as its messages.
 Optional: "id" (or "external_id"), "answer" (or "reference_answer"), "metadata" (an object); any other
 field is kept in metadata. In CSV, `responses`, `messages` and `metadata` cells hold JSON, and columns
 response_1, response_2, ... may replace `responses`.
+
+Parquet files and `datasets` directories hold the same rows as columns (webapp.annotation.dataset_import): a null
+cell is an absent field, and errors name the row instead of the line.
 
 Every row is checked before anything is written; the first bad one raises ImportFileError naming the line
 and the field. An empty (or whitespace-only) prompt, response, chosen or rejected is refused: it carries no
@@ -28,8 +35,9 @@ import csv
 import hashlib
 import io
 import json
+import math
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -38,7 +46,9 @@ from trainer.formats.jsonl import JsonlError, UnreadableLine, numbered_jsonl_lin
 from webapp.text import UnstorableValue, is_blank, unstorable_value_check, whole_number
 from webapp.text_bounds import PROMPT_MAX_CHARS, RESPONSE_MAX_CHARS, length_problem
 
-FORMATS = ("jsonl", "csv")
+FORMATS = ("jsonl", "csv", "parquet", "dataset")
+# formats whose rows are columns: errors name a row, and a null cell is an absent field
+COLUMNAR_FORMATS = ("parquet", "dataset")
 # Python's csv module stops at 131,072 characters a cell by default; a long-context prompt may hold more.
 CSV_CELL_MAX_CHARS = 16 * 2**20
 csv.field_size_limit(CSV_CELL_MAX_CHARS)
@@ -47,16 +57,58 @@ IMPORT_LINE_MAX_BYTES = 64 * 2**20
 FIELD_MAX_CHARS = 200
 _KNOWN_FIELDS = {"id", "external_id", "prompt", "messages", "responses", "chosen", "rejected", "answer",
                  "reference_answer", "metadata"}
+# Columns of Preflab's own pair export that name things of the project it came from (its rankings, rounds, users):
+# a pair row's weight and margin are kept, these are left out rather than kept as metadata.
+_PAIR_EXPORT_FIELDS = {"weight", "margin", "ranking_id", "annotator", "chosen_round", "rejected_round",
+                       "chosen_model", "rejected_model"}
 _ROLES = {"system", "user", "assistant", "tool"}
 
 
 class ImportFileError(ValueError):
-    def __init__(self, line: int, field_name: str, problem: str) -> None:
+    def __init__(self, line: int, field_name: str, problem: str, *, unit: str = "line") -> None:
         self.line = line
+        self.unit = unit
         # a field named after a key of the file can be as long as a line
         self.field = field_name if len(field_name) <= FIELD_MAX_CHARS else field_name[: FIELD_MAX_CHARS - 1] + "…"
         self.problem = problem
-        super().__init__(f"line {line}, field '{self.field}': {problem}")
+        super().__init__(f"{unit} {line}, field '{self.field}': {problem}")
+
+    def as_row(self) -> "ImportFileError":
+        """The same refusal naming a row of a columnar file (Parquet, datasets) instead of a line."""
+        return ImportFileError(self.line, self.field, self.problem, unit="row")
+
+
+@dataclass(frozen=True)
+class ImportedLabel:
+    """A thumb (aspect "", value 1.0 up / 0.0 down) or a rating given outside Preflab on one of the record's
+    responses (an index into `ImportRecord.answers`)."""
+
+    response: int
+    aspect: str
+    value: float
+    annotator: str = ""
+
+
+@dataclass(frozen=True)
+class ImportedPair:
+    """A preference between two of the record's responses (indices into `ImportRecord.answers`)."""
+
+    chosen: int
+    rejected: int
+    weight: float = 1.0
+    margin: float = 1.0
+
+
+@dataclass(frozen=True)
+class ImportedSuggestion:
+    """A machine's answer to one question (Argilla's `<question>.suggestion`), on one response when the question is
+    about one."""
+
+    question: str
+    value: Any
+    score: float | None = None
+    agent: str = ""
+    response: int | None = None
 
 
 @dataclass(frozen=True)
@@ -70,10 +122,28 @@ class ImportRecord:
     responses: tuple[str, ...] = ()
     chosen: str | None = None
     rejected: str | None = None
+    labels: tuple[ImportedLabel, ...] = ()
+    pairs: tuple[ImportedPair, ...] = ()
+    suggestions: tuple[ImportedSuggestion, ...] = ()
+    # TRL's unpaired rows: rows with the same id (by default, the same prompt) join one item
+    joins_by_prompt: bool = False
+    # an imported {prompt, chosen, rejected} pair's weight and margin (its row's, else 1)
+    pair_weight: float = 1.0
+    pair_margin: float = 1.0
 
     @property
     def is_pair(self) -> bool:
         return self.chosen is not None
+
+    @property
+    def answers(self) -> tuple[str, ...]:
+        """The responses to write, in order: chosen then rejected for a pair."""
+        return (self.chosen, self.rejected) if self.chosen is not None and self.rejected is not None else self.responses
+
+    @property
+    def judged(self) -> bool:
+        """Whether the record carries its judgement already (a pair, labels): its item is not for annotators."""
+        return self.is_pair or bool(self.pairs) or bool(self.labels)
 
 
 def format_from_name(filename: str) -> str:
@@ -82,7 +152,12 @@ def format_from_name(filename: str) -> str:
         return "jsonl"
     if lowered.endswith(".csv"):
         return "csv"
-    raise ImportFileError(0, "file", f"cannot tell the format of {filename!r}: name it .jsonl or .csv")
+    if lowered.endswith(".parquet"):
+        return "parquet"
+    if lowered.endswith(".zip"):
+        return "dataset"
+    raise ImportFileError(0, "file", f"cannot tell the format of {filename!r}: name it .jsonl, .csv, .parquet or "
+                                     f".zip (a zipped datasets directory)")
 
 
 def iter_import(stream: BinaryIO, *, file_format: str) -> Iterator[ImportRecord]:
@@ -90,6 +165,15 @@ def iter_import(stream: BinaryIO, *, file_format: str) -> Iterator[ImportRecord]
     repeats: see the module's docstring)."""
     if file_format not in FORMATS:
         raise ImportFileError(0, "file", f"unknown format {file_format!r}; use one of {', '.join(FORMATS)}")
+    if file_format in COLUMNAR_FORMATS:
+        from webapp.annotation.dataset_import import columnar_rows
+
+        for line, row in columnar_rows(stream, file_format=file_format):
+            try:
+                yield checked_record(line, row)
+            except ImportFileError as error:
+                raise error.as_row() from None
+        return
     rows = _jsonl_rows(stream) if file_format == "jsonl" else _csv_rows(stream)
     for line, row in rows:
         yield checked_record(line, row)
@@ -108,8 +192,12 @@ def parse_import(data: bytes, *, file_format: str) -> list[ImportRecord]:
     seen: dict[str, int] = {}
     for record in iter_import(io.BytesIO(data), file_format=file_format):
         if record.external_id in seen:
-            raise repeated_id(record, seen[record.external_id])
-        seen[record.external_id] = record.line
+            first = seen[record.external_id]
+            if not (record.joins_by_prompt and records[first].joins_by_prompt):
+                raise repeated_id(record, records[first].line)
+            records[first] = joined_records(records[first], record)
+            continue
+        seen[record.external_id] = len(records)
         records.append(record)
     if not records:
         raise no_rows()
@@ -202,6 +290,12 @@ def _csv_rows(stream: BinaryIO) -> Iterator[tuple[int, dict]]:
 
 def _csv_row_to_object(line: int, row: dict[str, str | None]) -> dict:
     values: dict[str, Any] = {key.strip(): value for key, value in row.items() if value not in (None, "")}
+    for name in ("prompt", "chosen", "rejected", "completion"):
+        # a conversation's cell holds its messages as JSON (exporting.csv_lines)
+        if name in values and values[name].startswith('[{"role"'):
+            values[name] = _json_conversation(values[name])
+    if "completion" in values and "label" in values:
+        values["label"] = _CSV_BOOLEANS.get(values["label"].strip().lower(), values["label"])
     for name in ("responses", "messages", "metadata"):
         if name in values:
             try:
@@ -218,13 +312,30 @@ def _csv_row_to_object(line: int, row: dict[str, str | None]) -> dict:
     return values
 
 
+_CSV_BOOLEANS = {"true": True, "false": False, "1": True, "0": False}
+
+
+def _json_conversation(cell: str) -> object:
+    """A cell's chat messages, or the cell's text when it is not a conversation after all."""
+    try:
+        value = json.loads(cell)
+    except (ValueError, RecursionError):
+        return cell
+    return value if is_conversation(value) else cell
+
+
 def _response_column_number(name: str) -> int:
     number = whole_number(name.removeprefix("response_"))
     return 10**9 if number is None else number
 
 
 def _record(line: int, row: dict) -> ImportRecord:
-    _refuse_unpaired(line, row)
+    from webapp.annotation.argilla_import import argilla_record, is_argilla_row
+
+    if is_argilla_row(row):
+        return argilla_record(line, row)
+    if "completion" in row or ("label" in row and isinstance(row["label"], bool)):
+        return _unpaired_record(line, row)
     if "prompt" not in row and "messages" not in row and is_conversation(row.get("chosen")):
         row = _explicit_prompt(line, row)
     messages = None
@@ -268,6 +379,12 @@ def _record(line: int, row: dict) -> ImportRecord:
         rejected = _response_text(line, "rejected", row["rejected"])
         if chosen == rejected:
             raise ImportFileError(line, "rejected", "is the same text as chosen")
+        row = {key: value for key, value in row.items() if key not in _PAIR_EXPORT_FIELDS or key in ("weight",
+                                                                                                     "margin")}
+    pair_weight = _pair_number(line, row, "weight") if chosen is not None else 1.0
+    pair_margin = _pair_number(line, row, "margin") if chosen is not None else 1.0
+    if chosen is not None:
+        row = {key: value for key, value in row.items() if key not in ("weight", "margin")}
 
     metadata = row.get("metadata", {})
     if not isinstance(metadata, dict):
@@ -298,18 +415,72 @@ def _record(line: int, row: dict) -> ImportRecord:
         responses=tuple(responses),
         chosen=chosen,
         rejected=rejected,
+        pair_weight=pair_weight,
+        pair_margin=pair_margin,
     )
 
 
-def _refuse_unpaired(line: int, row: dict) -> None:
-    """TRL's unpaired preference format would otherwise land its `label` in metadata, silently dropping the
-    judgement it carries."""
-    if "label" in row and ("completion" in row or isinstance(row["label"], bool)):
-        raise ImportFileError(
-            line, "label",
-            "TRL's unpaired format (prompt, completion, label) is not supported: give a pair as "
-            "{prompt, chosen, rejected}, or responses to rank as {prompt, responses}",
-        )
+def _pair_number(line: int, row: dict, name: str) -> float:
+    """A pair row's weight or margin: a positive (margin: non-negative) number, 1 when absent."""
+    value = row.get(name)
+    if value is None:
+        return 1.0
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            raise ImportFileError(line, name, f"must be a number, got {value!r}") from None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0 or (
+            name == "weight" and value == 0):
+        raise ImportFileError(line, name, "must be a positive number" if name == "weight" else
+                              "must be a number of at least 0")
+    return float(value)
+
+
+def _unpaired_record(line: int, row: dict) -> ImportRecord:
+    """TRL's unpaired row {prompt, completion, label}: the completion with an imported thumb. Its id, unless given,
+    is its prompt's, so that rows sharing a prompt join one item."""
+    for name in ("prompt", "completion", "label"):
+        if name not in row:
+            raise ImportFileError(line, name, "missing: TRL's unpaired format has prompt, completion and label")
+    if not isinstance(row["label"], bool):
+        raise ImportFileError(line, "label", f"must be true or false, got {row['label']!r}")
+    base = _record(line, {key: value for key, value in row.items() if key not in _UNPAIRED_ROW_FIELDS})
+    completion = _response_text(line, "completion", row["completion"])
+    annotator = row.get("annotator") or ""
+    if not isinstance(annotator, str):
+        raise ImportFileError(line, "annotator", "must be a string")
+    external_id = base.external_id if ("id" in row or "external_id" in row) else _prompt_id(base.text)
+    return replace(base, external_id=external_id, responses=(completion,),
+                   labels=(ImportedLabel(0, THUMB_ASPECT, 1.0 if row["label"] else 0.0, annotator[:200]),),
+                   joins_by_prompt=True)
+
+
+THUMB_ASPECT = ""  # ResponseLabel.THUMB (models import nothing from here)
+# An unpaired row's own fields, and the columns of Preflab's unpaired export that name things of the project it came
+# from (its response, round and model, where the row came from): not the item's metadata.
+_UNPAIRED_ROW_FIELDS = {"completion", "label", "annotator", "response_id", "source", "round", "model"}
+
+
+def joined_records(first: ImportRecord, other: ImportRecord) -> ImportRecord:
+    """Two unpaired records of one item as one: the responses of both (a text given twice is one response, labelled
+    twice) and the labels of both; ImportFileError when they carry the same id but not the same prompt."""
+    if (other.text, other.messages) != (first.text, first.messages):
+        raise ImportFileError(other.line, "id", f"{other.external_id!r} is the id of line {first.line}, whose prompt "
+                                                f"is another one")
+    responses = list(first.responses)
+    moved = {}
+    for index, text in enumerate(other.responses):
+        if text not in responses:
+            responses.append(text)
+        moved[index] = responses.index(text)
+    labels = first.labels + tuple(replace(label, response=moved[label.response]) for label in other.labels)
+    return replace(first, responses=tuple(responses), labels=labels)
+
+
+def _prompt_id(text: str) -> str:
+    payload = json.dumps(["unpaired", text], ensure_ascii=False)
+    return "sha256:" + hashlib.sha256(payload.encode("utf-8")).hexdigest()[:32]
 
 
 def _explicit_prompt(line: int, row: dict) -> dict:

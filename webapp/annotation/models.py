@@ -352,6 +352,8 @@ class ImportJob(models.Model):
     already_present = models.PositiveIntegerField(default=0, help_text="Rows whose id the project holds already.")
     responses_count = models.PositiveIntegerField(default=0)
     pairs_count = models.PositiveIntegerField(default=0)
+    labels_count = models.PositiveIntegerField(default=0, help_text="Imported thumbs and ratings.")
+    suggestions_count = models.PositiveIntegerField(default=0)
     error = models.TextField(blank=True)
     # where a refused file is at fault: 0 for the file as a whole, None when the job failed for another reason
     error_line = models.PositiveIntegerField(null=True, blank=True)
@@ -379,9 +381,11 @@ class ImportJob(models.Model):
         """What a finished job did, in words."""
         if self.status == self.Status.FAILED:
             return f"Nothing was imported from {self.file_name}: {self.error}"
-        return (f"Imported {counted(self.created_count, 'prompt')} ({counted(self.responses_count, 'response')}, "
-                f"{counted(self.pairs_count, 'preference pair')}) from {self.file_name}; {self.already_present} "
-                "were already in the project.")
+        contents = [counted(self.responses_count, "response"), counted(self.pairs_count, "preference pair")]
+        contents += [counted(count, noun) for count, noun in ((self.labels_count, "label"),
+                                                              (self.suggestions_count, "suggestion")) if count]
+        return (f"Imported {counted(self.created_count, 'prompt')} ({', '.join(contents)}) from {self.file_name}; "
+                f"{self.already_present} were already in the project.")
 
 
 class RoundScoring(GpuJob):

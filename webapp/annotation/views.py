@@ -494,9 +494,14 @@ def project_export(request: HttpRequest, project_id: int, kind: str) -> HttpResp
     if kind == "rankings.jsonl":
         rows = selectors.ranking_rows(project_id=project.pk)
         return _stream(exporting.jsonl_lines(rows), f"{slugify(project.name)}-rankings.jsonl", "application/x-ndjson")
+    if kind in DATASET_EXPORTS:
+        return _dataset_export(request, project, kind, stem=stem, strategy=strategy, aggregation=aggregation,
+                               conversational=conversational, **ratings)
     if kind == "dataset.zip":
         try:
-            archive = exporting.dataset_zip(pairs, name=f"{stem}-pairs", conversational=conversational)
+            archive = exporting.dataset_zip(pairs, name=f"{stem}-pairs", conversational=conversational,
+                                            card=_card(project, "pairs", strategy=strategy, aggregation=aggregation,
+                                                      **ratings))
         except ValueError as error:
             messages.error(request, str(error))
             return redirect("annotation:project_detail", project_id=project.pk)
@@ -531,6 +536,57 @@ def _feedback_export(project: Project, kind: str, *, aggregation: str, conversat
     rows = selectors.unpaired_export_rows(project_id=project.pk, aggregation=aggregation, binarization=binarization,
                                           seed=seed, conversational=conversational)
     return _stream(exporting.jsonl_lines(rows), f"{stem}.jsonl", "application/x-ndjson")
+
+
+DATASET_EXPORTS = ("pairs.parquet", "unpaired.parquet", "unpaired-dataset.zip", "argilla.parquet")
+_MADE = {
+    "pairs": "One row per preference pair: the project's rankings turned into pairs by the pair strategy, "
+             "combined across annotators by the aggregation, and the imported pairs (README, «Export»).",
+    "unpaired": "TRL's unpaired format for KTO: one row per response with its label, true for desirable "
+                "(thumbs, and the rules turning rankings and ratings into labels: README, «From feedback to "
+                "training data»).",
+}
+
+
+def _card(project: Project, kind: str, **options: object) -> exporting.DatasetCard:
+    return exporting.DatasetCard(project=project.name, mode=project.mode, kind=kind, made=_MADE[kind],
+                                 guidelines=project.guidelines, options=options)
+
+
+def _dataset_export(request: HttpRequest, project: Project, kind: str, *, stem: str, strategy: str,
+                    aggregation: str, conversational: bool, **ratings: object) -> HttpResponse:
+    """Parquet files and the unpaired datasets zip: written to a temporary file, then sent. `ratings`: how a
+    ratings project's ratings become pairs, as the form says (binarization, seed)."""
+    from webapp.annotation import argilla_export
+
+    try:
+        if kind == "pairs.parquet":
+            rows = selectors.pair_export_rows(project_id=project.pk, strategy=strategy, aggregation=aggregation,
+                                              conversational=conversational, **ratings)
+            path = exporting.parquet_file(rows, name=f"{stem}-pairs.parquet",
+                                          features=exporting.pair_features(conversational=conversational))
+        elif kind == "argilla.parquet":
+            layout = argilla_export.argilla_layout(project)
+            path = exporting.parquet_file(argilla_export.argilla_rows(project, layout),
+                                          name=f"{slugify(project.name) or project.pk}-argilla.parquet",
+                                          features=argilla_export.argilla_features(layout))
+        else:
+            rows = selectors.unpaired_export_rows(project_id=project.pk, aggregation=aggregation,
+                                                  conversational=conversational, **ratings)
+            rows, features = exporting.unpaired_rows_features(rows, conversational=conversational)
+            name = f"{slugify(project.name) or project.pk}-unpaired"
+            if kind == "unpaired.parquet":
+                path = exporting.parquet_file(rows, name=f"{name}.parquet", features=features)
+            else:
+                path = exporting.dataset_zip(rows, name=name, features=features,
+                                             card=_card(project, "unpaired", aggregation=aggregation, **ratings))
+    except ValueError as error:
+        messages.error(request, str(error))
+        return redirect("annotation:project_detail", project_id=project.pk)
+    response = FileResponse(path.open("rb"), as_attachment=True, filename=path.name)
+    # The file is open; its directory can go now (Linux keeps the inode until the file is closed).
+    shutil.rmtree(path.parent)
+    return response
 
 
 def _stream(lines, filename: str, content_type: str) -> StreamingHttpResponse:

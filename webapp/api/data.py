@@ -179,10 +179,11 @@ def _indexed(records: Iterable[ImportRecord], *, lines: bool = False) -> Iterato
             return
         except ImportFileError as error:
             raise RecordRefused(index, error.field, error.problem, line=error.line if lines else None) from None
-        if record.external_id in first_index:
+        # TRL's unpaired rows of one prompt share its id: the service joins them into one item
+        if record.external_id in first_index and not record.joins_by_prompt:
             raise RecordRefused(index, "id", f"{record.external_id!r} already appears in record "
                                              f"{first_index[record.external_id]}", line=record.line if lines else None)
-        first_index[record.external_id] = index
+        first_index.setdefault(record.external_id, index)
         yield replace(record, line=index)
         index += 1
 

@@ -54,17 +54,24 @@ def _assistant(text: str) -> list[dict]:
 # Import -------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("row", [
-    {"prompt": "2+2?", "completion": "4", "label": True},
-    {"prompt": "2+2?", "completion": "5", "label": "false"},
-    {"prompt": [ASK], "completion": _assistant("Blue."), "label": False},
-    {"prompt": "2+2?", "label": False},
+@pytest.mark.parametrize("row,where", [
+    ({"prompt": "2+2?", "completion": "5", "label": "false"}, "label"),
+    ({"prompt": "2+2?", "completion": "5", "label": None}, "label"),
+    ({"prompt": "2+2?", "label": False}, "completion"),
+    ({"completion": "4", "label": True}, "prompt"),
 ])
-def test_trl_unpaired_rows_are_refused_naming_the_label_field(row):
+def test_malformed_trl_unpaired_rows_are_refused_naming_the_field(row, where):
     with pytest.raises(ImportFileError) as caught:
         parse_import(_jsonl({"prompt": "fine"}, row), file_format="jsonl")
-    assert (caught.value.line, caught.value.field) == (2, "label")
-    assert "unpaired format" in str(caught.value) and "{prompt, chosen, rejected}" in str(caught.value)
+    assert (caught.value.line, caught.value.field) == (2, where)
+
+
+def test_trl_unpaired_rows_import_as_a_response_with_a_thumb():
+    (record,) = parse_import(_jsonl({"prompt": [ASK], "completion": _assistant("Blue."), "label": False},
+                                    {"prompt": [ASK], "completion": _assistant("Red."), "label": True}),
+                             file_format="jsonl")
+    assert (record.messages, record.responses) == ([ASK], ("Blue.", "Red."))
+    assert [(label.response, label.aspect, label.value) for label in record.labels] == [(0, "", 0.0), (1, "", 1.0)]
 
 
 def test_a_label_that_is_only_a_category_stays_metadata():

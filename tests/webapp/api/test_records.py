@@ -89,7 +89,7 @@ BAD_ROWS = [
     {"prompt": "x", "chosen": "a", "rejected": "a"},
     {"prompt": "x", "metadata": 3},
     {"prompt": "x\u0000"},
-    {"prompt": "x", "completion": "y", "label": True},
+    {"prompt": "x", "completion": "y", "label": "yes"},
     {"messages": [{"role": "robot", "content": "x"}]},
     {"prompt": "x", "id": ""},
     {"prompt": "x", "metadata": {"deep": float("nan")}},
@@ -177,3 +177,16 @@ def test_an_unknown_project(api):
     response = api.post("/projects/999999/records", {"records": records(1)})
     assert response.status_code == 404 and response.json() == {"detail": "project 999999 does not exist"}
     assert not Prompt.objects.exists()
+
+
+def test_trl_unpaired_records_of_one_prompt_are_one_item_with_its_thumbs(api, project):
+    from webapp.annotation.models import ResponseLabel
+
+    rows = [{"prompt": "2+2?", "completion": "4", "label": True}, {"prompt": "Hi", "completion": "Hello", "label": True},
+            {"prompt": "2+2?", "completion": "5", "label": False}]
+    url = f"/projects/{project.pk}/records"
+    for response in (api.post(url, {"records": rows}), api.post_bytes(url, ndjson(rows), "application/x-ndjson")):
+        assert response.status_code == 200, response.content
+    assert Prompt.objects.filter(project=project, text="2+2?").get().response_count == 2
+    assert sorted(ResponseLabel.objects.filter(project=project).values_list("response__text", "value")) == [
+        ("4", 1.0), ("5", 0.0), ("Hello", 1.0)]  # the second body was present already: nothing added

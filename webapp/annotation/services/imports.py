@@ -15,8 +15,22 @@ from django.db.models import F, Max, Q
 from django.utils import timezone
 
 from webapp import job_lifecycle as lifecycle
-from webapp.annotation.importing import IdRepeatedInFile, ImportFileError, ImportRecord, repeated_id
-from webapp.annotation.models import ImportJob, PreferencePair, Project, Prompt, Response
+from webapp.annotation.importing import (
+    IdRepeatedInFile,
+    ImportFileError,
+    ImportRecord,
+    joined_records,
+    repeated_id,
+)
+from webapp.annotation.models import (
+    ImportJob,
+    PreferencePair,
+    Project,
+    Prompt,
+    Response,
+    ResponseLabel,
+    Suggestion,
+)
 from webapp.celery_app import IMPORT_PROMPTS
 from webapp.queueing import publish_on_commit
 from webapp.text import counted, storable_text
@@ -34,11 +48,17 @@ class ImportSummary:
     already_present: int
     responses: int
     pairs: int
+    labels: int = 0
+    suggestions: int = 0
 
     @property
     def contents(self) -> str:
-        """'6 responses, 1 preference pair': what the new prompts brought, nouns agreeing with their numbers."""
-        return f"{counted(self.responses, 'response')}, {counted(self.pairs, 'preference pair')}"
+        """'6 responses, 1 preference pair': what the new prompts brought, nouns agreeing with their numbers
+        (labels and suggestions named when there are some)."""
+        parts = [counted(self.responses, 'response'), counted(self.pairs, 'preference pair')]
+        parts += [counted(count, noun) for count, noun in ((self.labels, "label"), (self.suggestions, "suggestion"))
+                  if count]
+        return ", ".join(parts)
 
 
 def prompts_import(
@@ -46,9 +66,10 @@ def prompts_import(
 ) -> ImportSummary:
     """Write records in one transaction, a batch at a time, so that memory holds one batch however many there are;
     rows whose external id the project holds already are left alone. An id repeated in `records` (which
-    importing.iter_import cannot see) raises IdRepeatedInFile, and nothing is written. `progress` is called with
-    the number of records of each batch written."""
-    created = present = responses = pairs = 0
+    importing.iter_import cannot see) raises IdRepeatedInFile, and nothing is written, except for TRL's unpaired
+    rows: those sharing an id (their prompt's, by default) join one item, however far apart they are in the file.
+    `progress` is called with the number of records of each batch written."""
+    created = present = responses = pairs = labels = suggestions = 0
     with transaction.atomic():
         # One import of a project at a time: a second one (the same file from another researcher) waits, then
         # finds the rows present instead of failing on the unique external ids.
@@ -56,15 +77,17 @@ def prompts_import(
         # a prompt of the project above this id is one this import wrote: meeting its id again is a repeat
         written_after = Prompt.objects.filter(project=project).aggregate(last=Max("pk"))["last"] or 0
         for batch in _import_batches(records):
-            fresh = _fresh_records(project, batch, written_after)
-            added_responses, added_pairs = _import_chunk(project, fresh)
+            fresh, joining, already = _fresh_records(project, batch, written_after)
+            added = _import_chunk(project, fresh) + _join_chunk(project, joining)
             created += len(fresh)
-            present += len(batch) - len(fresh)
-            responses += added_responses
-            pairs += added_pairs
+            present += already
+            responses += added.responses
+            pairs += added.pairs
+            labels += added.labels
+            suggestions += added.suggestions
             if progress is not None:
                 progress(len(batch))
-    return ImportSummary(created, present, responses, pairs)
+    return ImportSummary(created, present, responses, pairs, labels, suggestions)
 
 
 def _import_batches(records: Iterable[ImportRecord]) -> Iterator[list[ImportRecord]]:
@@ -81,29 +104,55 @@ def _import_batches(records: Iterable[ImportRecord]) -> Iterator[list[ImportReco
 
 
 def _record_chars(record: ImportRecord) -> int:
-    answers = (record.chosen, record.rejected) if record.is_pair else record.responses
+    answers = record.answers
     metadata = len(str(record.metadata)) if record.metadata else 0
     return len(record.text) + sum(len(text) for text in answers) + metadata
 
 
-def _fresh_records(project: Project, batch: list[ImportRecord], written_after: int) -> list[ImportRecord]:
-    """The batch's records whose id is new to the project; an id repeated in the batch, or one this import
-    has written already, is refused."""
-    first_lines: dict[str, int] = {}
+def _fresh_records(
+    project: Project, batch: list[ImportRecord], written_after: int
+) -> tuple[list[ImportRecord], list[ImportRecord], int]:
+    """The batch's records whose id is new to the project, those that join an item this import wrote (unpaired
+    rows of one prompt), and how many rows the project held already. An id repeated otherwise, in the batch or
+    after this import wrote it, is refused."""
+    merged: dict[str, ImportRecord] = {}
     for record in batch:
-        if record.external_id in first_lines:
-            raise repeated_id(record, first_lines[record.external_id])
-        first_lines[record.external_id] = record.line
+        earlier = merged.get(record.external_id)
+        if earlier is None:
+            merged[record.external_id] = record
+        elif earlier.joins_by_prompt and record.joins_by_prompt:
+            merged[record.external_id] = joined_records(earlier, record)
+        else:
+            raise repeated_id(record, earlier.line)
     stored = dict(
-        Prompt.objects.filter(project=project, external_id__in=first_lines).values_list("external_id", "pk")
+        Prompt.objects.filter(project=project, external_id__in=merged).values_list("external_id", "pk")
     )
-    for record in batch:
-        if stored.get(record.external_id, 0) > written_after:
-            raise IdRepeatedInFile(record)
-    return [record for record in batch if record.external_id not in stored]
+    fresh, joining = [], []
+    for record in merged.values():
+        pk = stored.get(record.external_id)
+        if pk is None:
+            fresh.append(record)
+        elif pk > written_after:
+            if not record.joins_by_prompt:
+                raise IdRepeatedInFile(record)
+            joining.append(record)
+    already = sum(1 for record in batch if stored.get(record.external_id, written_after + 1) <= written_after)
+    return fresh, joining, already
 
 
-def _import_chunk(project: Project, records: Sequence[ImportRecord]) -> tuple[int, int]:
+@dataclass(frozen=True)
+class _Added:
+    responses: int = 0
+    pairs: int = 0
+    labels: int = 0
+    suggestions: int = 0
+
+    def __add__(self, other: "_Added") -> "_Added":
+        return _Added(self.responses + other.responses, self.pairs + other.pairs, self.labels + other.labels,
+                      self.suggestions + other.suggestions)
+
+
+def _import_chunk(project: Project, records: Sequence[ImportRecord]) -> _Added:
     prompts = Prompt.objects.bulk_create(
         [
             Prompt(
@@ -113,30 +162,76 @@ def _import_chunk(project: Project, records: Sequence[ImportRecord]) -> tuple[in
                 messages=record.messages,
                 reference_answer=record.reference_answer or "",
                 metadata=record.metadata,
-                annotatable=not record.is_pair,
-                response_count=2 if record.is_pair else len(record.responses),
+                annotatable=not record.judged,
+                response_count=len(record.answers),
             )
             for record in records
         ]
     )
-    responses: list[Response] = []
-    for prompt, record in zip(prompts, records, strict=True):
-        texts = (record.chosen, record.rejected) if record.is_pair else record.responses
-        responses += [Response(prompt=prompt, text=text, source=Response.Source.IMPORTED) for text in texts]
-    responses = Response.objects.bulk_create(responses)
+    responses = Response.objects.bulk_create(
+        [Response(prompt=prompt, text=text, source=Response.Source.IMPORTED)
+         for prompt, record in zip(prompts, records, strict=True) for text in record.answers]
+    )
     by_prompt: dict[int, list[Response]] = {}
     for response in responses:
         by_prompt.setdefault(response.prompt_id, []).append(response)
-    pairs = [
-        PreferencePair(
-            project=project, prompt=prompt, chosen=by_prompt[prompt.pk][0], rejected=by_prompt[prompt.pk][1],
-            weight=1.0, margin=1.0,
-        )
-        for prompt, record in zip(prompts, records, strict=True)
-        if record.is_pair
-    ]
+    judged = [(prompt, record, by_prompt.get(prompt.pk, [])) for prompt, record in zip(prompts, records, strict=True)]
+    return _Added(responses=len(responses)) + _judgements_create(project, judged)
+
+
+def _join_chunk(project: Project, records: Sequence[ImportRecord]) -> _Added:
+    """Unpaired records joining items this import wrote: their new responses added, their labels on them."""
+    if not records:
+        return _Added()
+    prompts = {prompt.external_id: prompt for prompt in
+               Prompt.objects.select_for_update().filter(project=project, external_id__in=[r.external_id for r in records])}
+    texts: dict[int, dict[str, Response]] = {}
+    for response in Response.objects.filter(prompt__in=list(prompts.values())).order_by("id"):
+        texts.setdefault(response.prompt_id, {}).setdefault(response.text, response)
+    fresh: list[Response] = []
+    for record in records:
+        prompt = prompts[record.external_id]
+        if (prompt.text, prompt.messages) != (record.text, record.messages):
+            raise ImportFileError(record.line, "id", f"{record.external_id!r} is the id of an earlier row whose "
+                                                     f"prompt is another one")
+        known = texts.setdefault(prompt.pk, {})
+        for text in record.answers:
+            if text not in known:
+                known[text] = Response(prompt=prompt, text=text, source=Response.Source.IMPORTED)
+                fresh.append(known[text])
+    Response.objects.bulk_create(fresh)
+    for prompt in prompts.values():
+        added = sum(1 for response in fresh if response.prompt_id == prompt.pk)
+        if added:
+            Prompt.objects.filter(pk=prompt.pk).update(response_count=F("response_count") + added)
+    judged = [(prompts[record.external_id], record,
+               [texts[prompts[record.external_id].pk][text] for text in record.answers]) for record in records]
+    return _Added(responses=len(fresh)) + _judgements_create(project, judged)
+
+
+def _judgements_create(project: Project, judged: Sequence[tuple[Prompt, ImportRecord, list[Response]]]) -> _Added:
+    """The pairs, labels and suggestions the records carry, on their prompts' responses (in the records' order)."""
+    pairs: list[PreferencePair] = []
+    labels: list[ResponseLabel] = []
+    suggestions: list[Suggestion] = []
+    for prompt, record, responses in judged:
+        if record.is_pair:
+            pairs.append(PreferencePair(project=project, prompt=prompt, chosen=responses[0], rejected=responses[1],
+                                        weight=record.pair_weight, margin=record.pair_margin))
+        pairs += [PreferencePair(project=project, prompt=prompt, chosen=responses[pair.chosen],
+                                 rejected=responses[pair.rejected], weight=pair.weight, margin=pair.margin)
+                  for pair in record.pairs]
+        labels += [ResponseLabel(project=project, prompt=prompt, response=responses[label.response],
+                                 external_annotator=label.annotator, aspect=label.aspect, value=label.value)
+                   for label in record.labels]
+        suggestions += [Suggestion(project=project, prompt=prompt, question=suggestion.question,
+                                   response=None if suggestion.response is None else responses[suggestion.response],
+                                   value=suggestion.value, score=suggestion.score, agent=suggestion.agent)
+                        for suggestion in record.suggestions]
     PreferencePair.objects.bulk_create(pairs)
-    return len(responses), len(pairs)
+    ResponseLabel.objects.bulk_create(labels)
+    Suggestion.objects.bulk_create(suggestions)
+    return _Added(pairs=len(pairs), labels=len(labels), suggestions=len(suggestions))
 
 
 ImportStatus = ImportJob.Status
@@ -217,7 +312,8 @@ def import_job_writing(*, job_id: int, rows_checked: int) -> None:
 def import_job_succeed(*, job_id: int, summary: ImportSummary) -> None:
     lifecycle.job_end(IMPORT_JOB, job_id, ImportStatus.SUCCEEDED, only_from=IMPORT_JOB.active,
                       created_count=summary.created, already_present=summary.already_present,
-                      responses_count=summary.responses, pairs_count=summary.pairs)
+                      responses_count=summary.responses, pairs_count=summary.pairs, labels_count=summary.labels,
+                      suggestions_count=summary.suggestions)
 
 
 def import_job_fail(*, job_id: int, error: ImportFileError | str) -> bool:

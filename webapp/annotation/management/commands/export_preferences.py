@@ -1,4 +1,4 @@
-"""manage.py export_preferences --project NAME_OR_ID --format jsonl|csv|dataset|rankings --output PATH."""
+"""manage.py export_preferences --project NAME_OR_ID --format jsonl|csv|dataset|rankings|parquet|argilla --output PATH."""
 
 from pathlib import Path
 
@@ -10,7 +10,7 @@ from webapp.annotation.models import Project
 from webapp.annotation.preferences import STRATEGIES
 from webapp.text import counted
 
-EXPORT_FORMATS = ("jsonl", "csv", "dataset", "rankings")
+EXPORT_FORMATS = ("jsonl", "csv", "dataset", "rankings", "parquet", "argilla")
 
 
 def project_from_option(value: str) -> Project:
@@ -22,7 +22,8 @@ def project_from_option(value: str) -> Project:
 
 
 class Command(BaseCommand):
-    help = "Export a project's preference pairs (TRL JSONL, CSV, a datasets directory) or its raw rankings."
+    help = ("Export a project's preference pairs (TRL JSONL, CSV, Parquet, a datasets directory), its raw rankings, or "
+            "its records in Argilla's column schema (Parquet).")
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--project", required=True, help="project name or id")
@@ -41,7 +42,10 @@ class Command(BaseCommand):
             raise CommandError(f"--aggregation: {error}") from None
         pairs = selectors.pair_rows(project_id=project.pk, strategy=options["strategy"], aggregation=aggregation)
         conversational = selectors.project_has_conversations(project_id=project.pk)
-        if options["format"] == "dataset":
+        if options["format"] in ("parquet", "argilla"):
+            count = _parquet(project, pairs, output, argilla=options["format"] == "argilla",
+                             conversational=conversational)
+        elif options["format"] == "dataset":
             try:
                 count = exporting.save_dataset(pairs, output, conversational=conversational)
             except ValueError as error:
@@ -58,3 +62,18 @@ class Command(BaseCommand):
                     handle.write(line)
                     count += 1
         self.stdout.write(self.style.SUCCESS(f"wrote {counted(count, 'row')} to {output}"))
+
+
+def _parquet(project: Project, pairs, output: Path, *, argilla: bool, conversational: bool) -> int:
+    from webapp.annotation import argilla_export
+
+    if argilla:
+        layout = argilla_export.argilla_layout(project)
+        rows, features = argilla_export.argilla_rows(project, layout), argilla_export.argilla_features(layout)
+    else:
+        rows = exporting.conversational_rows(pairs) if conversational else pairs
+        features = exporting.pair_features(conversational=conversational)
+    try:
+        return exporting.write_parquet(rows, output, features=features)
+    except ValueError as error:
+        raise CommandError(str(error)) from None

@@ -24,7 +24,8 @@ from webapp.text import counted
 
 
 class Command(BaseCommand):
-    help = "Import prompts (JSONL or CSV) into an annotation project; importing the same file twice adds nothing."
+    help = ("Import prompts (JSONL, CSV, Parquet or a zipped datasets directory) into an annotation project; importing "
+            "the same file twice adds nothing.")
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("file", type=Path)
