@@ -34,7 +34,7 @@ from webapp.annotation.models import (
 from webapp.annotation.modes import annotation_mode
 from webapp.annotation.modes.base import Labels
 from webapp.annotation.preferences import LEFT_OUT_TEXT_REGEX, ranking_pairs
-from webapp.text import BLANK_TEXT_REGEX, is_blank
+from webapp.text import BLANK_TEXT_REGEX, counted, is_blank
 
 OPEN_ITEMS = Q(annotatable=True, response_count__gte=2)
 
@@ -712,12 +712,22 @@ def prompts_to_sample_for_round(*, round_id: int) -> list[Prompt]:
     return [prompt for prompt in prompts.order_by("id") if prompt.pk not in done]
 
 
-def projects_for_training(user: AbstractBaseUser) -> list[tuple[int, str, int, int]]:
-    """(id, name, pair_count, prompt_count) of the projects `user` reaches, for the launch form's data-source menu."""
+def projects_for_training(user: AbstractBaseUser) -> list[tuple[int, str, str, int]]:
+    """(id, name, what feedback it holds in words, prompt_count) of the projects `user` reaches, for the launch
+    form's data-source menu: a ranking project's stored pairs, a thumbs or ratings project's labelled responses."""
     projects = projects_visible_to(user).annotate(
-        pair_count=Count("pairs", distinct=True), prompt_count=Count("prompts", distinct=True)
+        pair_count=Count("pairs", distinct=True), prompt_count=Count("prompts", distinct=True),
+        labelled_count=Count("labels__response", distinct=True),
     ).order_by("name")
-    return [(p.pk, p.name, p.pair_count, p.prompt_count) for p in projects]
+    return [(p.pk, p.name, _feedback_held(p), p.prompt_count) for p in projects]
+
+
+def _feedback_held(project: Project) -> str:
+    if project.mode == "thumbs":
+        return counted(project.labelled_count, "response") + " with thumbs"
+    if project.mode == "ratings":
+        return counted(project.labelled_count, "rated response")
+    return counted(project.pair_count, "pair")
 
 
 def pair_annotators_for_training(user: AbstractBaseUser) -> list[str]:

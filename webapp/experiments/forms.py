@@ -25,7 +25,7 @@ from webapp.uploads import limit_text
 REWARD_PREFIX = "reward__"
 DATA_SOURCE_CHOICES = [
     ("arithmetic", "Arithmetic task (built in)"),
-    ("project_pairs", "A project's preference pairs"),
+    ("project_pairs", "A project's feedback (pairs; KTO rows for KTO)"),
     ("project_prompts", "A project's prompts"),
     ("upload", "Upload a JSONL file"),
 ]
@@ -38,7 +38,7 @@ SOURCE_FIELDS = ("name", "data_source", "level", "size", "project", "aggregation
                  "upload")
 
 
-def _projects(user: AbstractBaseUser) -> list[tuple[int, str, int, int]]:
+def _projects(user: AbstractBaseUser) -> list[tuple[int, str, str, int]]:
     try:
         from webapp.annotation.selectors import projects_for_training
     except ImportError:
@@ -149,8 +149,8 @@ class LaunchForm(forms.Form):
                 f"{', ' + counted(kept_upload['rows'], 'row') if kept_upload.get('rows') else ''}. "
                 f"Choose a file only to train on another. {self.fields['upload'].help_text}")
         self.fields["project"].choices = [("", "— choose —")] + [
-            (project_id, f"{name} ({counted(pairs, 'pair')}, {counted(prompts, 'prompt')})")
-            for project_id, name, pairs, prompts in _projects(user)
+            (project_id, f"{name} ({feedback}, {counted(prompts, 'prompt')})")
+            for project_id, name, feedback, prompts in _projects(user)
         ]
         cls = run_kind(kind).config_class
         hints = typing.get_type_hints(cls)

@@ -106,3 +106,12 @@ def test_the_launch_form_stores_a_binarization_other_than_the_default(researcher
     assert "ratings binarized: worst (seed 0)" in page
     refused = researcher_client.post("/runs/new?kind=reward_model", {**form, "binarization_seed": "-1"})
     assert refused.status_code == 422 and list(refused.context["form"].errors) == ["binarization_seed"]
+
+
+def test_the_launch_forms_project_menu_counts_each_modes_feedback(researcher):
+    from webapp.experiments.forms import _projects
+
+    thumbs, ranking = make_thumbs_project(owner=researcher), make_project(owner=researcher, name="Ranked")
+    held = {project_id: feedback for project_id, _, feedback, _ in _projects(researcher)}
+    assert held[thumbs.pk] == f"{thumbs.labels.values('response').distinct().count()} responses with thumbs"
+    assert thumbs.labels.exists() and held[ranking.pk] == "0 pairs"
