@@ -24,13 +24,14 @@ from trainer.config import (
     ConfigError,
     DPOConfig,
     GRPOConfig,
+    KTOConfig,
     PPOConfig,
     Preset,
     RewardModelConfig,
     SFTConfig,
 )
 
-RowShape = Literal["pairs", "completions", "prompts"]
+RowShape = Literal["pairs", "completions", "prompts", "unpaired"]
 # What a run's checkpoints are: a causal LM (a policy) or a sequence classifier (a reward model).
 Produces = Literal["causal_lm", "classifier"]
 ROW_FIELDS: dict[RowShape, tuple[str, ...]] = {
@@ -38,6 +39,7 @@ ROW_FIELDS: dict[RowShape, tuple[str, ...]] = {
     "completions": ("prompt", "completion"),
     "prompts": ("prompt",),
 }
+ROW_FIELDS["unpaired"] = ("prompt", "completion", "label")
 
 
 @dataclass(frozen=True)
@@ -58,7 +60,7 @@ class RunKind:
 
     @property
     def row_fields(self) -> tuple[str, ...]:
-        """The text fields every training row must have."""
+        """The fields every training row must have: text (or messages), and an unpaired row's true / false label."""
         return ROW_FIELDS[self.rows]
 
     def train_function(self) -> Callable[..., Any]:
@@ -72,6 +74,7 @@ KINDS: dict[str, RunKind] = {
                 ("eval/accuracy", "rewards/accuracy", "loss"), produces="classifier"),
         RunKind("sft", "SFT", SFTConfig, "trainer.algorithms.sft", "completions", ("eval/accuracy", "loss")),
         RunKind("dpo", "DPO", DPOConfig, "trainer.algorithms.dpo", "pairs", ("eval/accuracy", "rewards/accuracy", "loss")),
+        RunKind("kto", "KTO", KTOConfig, "trainer.algorithms.kto", "unpaired", ("eval/accuracy", "rewards/margin", "loss")),
         RunKind("grpo", "GRPO", GRPOConfig, "trainer.algorithms.grpo", "prompts", ("reward/mean", "loss")),
         RunKind("ppo", "PPO", PPOConfig, "trainer.algorithms.ppo", "prompts", ("reward/mean", "loss")),
     )

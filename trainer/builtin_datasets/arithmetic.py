@@ -186,11 +186,28 @@ def preference_rows(
     return rows
 
 
+def thumbs_rows(
+    level: int, split: Split, count: int | None = None, *, mistakes: tuple[Mistake, ...] = MISTAKES, seed: int = 0
+) -> list[dict]:
+    """KTO's unpaired {prompt, completion, label, answer} rows, two a problem: the correct completion and a wrong one
+    (wrong_completion), each labelled by the task's checker (is_correct): thumbs up for the first, down for the
+    second, so desirable and undesirable rows are balanced (KTO's default weights assume it)."""
+    rng = random.Random(f"thumbs-{level}-{split}-{seed}")
+    rows = []
+    for problem in problems(level, split, count, seed=seed):
+        for completion in (problem.completion, wrong_completion(problem, rng, mistakes)):
+            rows.append({"prompt": problem.prompt, "completion": completion,
+                         "label": is_correct(completion, problem.answer), "answer": str(problem.answer)})
+    return rows
+
+
 def rows_for_kind(kind: str, level: int, split: Split, count: int | None = None) -> list[dict]:
     """The rows run kind `kind` trains on (its registered row shape), from `count` problems of `level`."""
     shape = run_kind(kind).rows
     if shape == "pairs":
         return preference_rows(level, split, count)
+    if shape == "unpaired":
+        return thumbs_rows(level, split, count)
     if shape == "completions":
         return sft_rows(level, split, count)
     return [{"prompt": p.prompt, "answer": str(p.answer)} for p in problems(level, split, count)]
