@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedModel
 
-from trainer.algorithms.evaluation import generation_accuracy, has_answers, sample_writer
+from trainer.algorithms.evaluation import accuracy_evaluator, sample_writer
 from trainer.algorithms.logprobs import sequence_logps
 from trainer.algorithms.losses import dpo_loss
 from trainer.config import DPOConfig, ReferenceConfig
@@ -193,12 +193,8 @@ def run_policy_steps(
     eval_data: Sequence[dict] | None,
     sink: Sink,
 ) -> TrainResult:
-    """The steps of a policy trained against a reference (DPO, KTO): held-out accuracy by greedy generation when
-    every held-out row has an answer, samples from the held-out prompts (else the training ones)."""
-
-    def evaluate() -> dict[str, float]:
-        accuracy = generation_accuracy(model, start.tokenizer, eval_data, max_new_tokens=config.eval_max_new_tokens)
-        return {"eval/accuracy": accuracy}
+    """The steps of a policy trained against a reference (DPO, KTO): held-out accuracy and format rate by greedy
+    generation when every held-out row has an answer, samples from the held-out prompts (else the training ones)."""
 
     parts = LoopParts(
         config=config,
@@ -206,7 +202,7 @@ def run_policy_steps(
         tokenizer=start.tokenizer,
         objective=objective,
         dataset_size=dataset_size,
-        evaluate=evaluate if has_answers(eval_data) else None,
+        evaluate=accuracy_evaluator(model, start.tokenizer, eval_data, config.eval_max_new_tokens),
         write_samples=sample_writer(
             sink, model, start.tokenizer, eval_data or data, max_new_tokens=config.eval_max_new_tokens
         ),
