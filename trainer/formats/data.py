@@ -10,7 +10,7 @@ trainer.formats.chat.encode_completions). Batches are padded on the right to the
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -156,17 +156,25 @@ class PairExample:
     margin: float
 
 
-def tokenize_sft(
-    rows: Sequence[dict], tokenizer: PreTrainedTokenizerBase, limits: Limits, *, name: str = "training data"
-) -> list[SequenceExample]:
-    rows = check_rows(rows, SFT_FIELDS, name=name)
-    examples = []
-    for index, row in enumerate(rows):
+def encode_completion_rows(
+    rows: Sequence[dict], fields: Sequence[str], tokenizer: PreTrainedTokenizerBase, limits: Limits, *, name: str
+) -> Iterator[tuple[dict, list[int], list[int]]]:
+    """Each checked row of one completion with its prompt ids and completion ids (EOS after a text completion), as
+    TRL's SFT and KTO trainers tokenise it."""
+    for index, row in enumerate(check_rows(rows, fields, name=name)):
         prompt, (completion,) = encode_row(
             tokenizer, row["prompt"], [row["completion"]], limits, add_eos=True, index=index, name=name
         )
-        examples.append(SequenceExample(prompt + completion, len(prompt)))
-    return examples
+        yield row, prompt, completion
+
+
+def tokenize_sft(
+    rows: Sequence[dict], tokenizer: PreTrainedTokenizerBase, limits: Limits, *, name: str = "training data"
+) -> list[SequenceExample]:
+    return [
+        SequenceExample(prompt + completion, len(prompt))
+        for _, prompt, completion in encode_completion_rows(rows, SFT_FIELDS, tokenizer, limits, name=name)
+    ]
 
 
 def tokenize_pairs(
@@ -207,14 +215,10 @@ def tokenize_unpaired(
     rows: Sequence[dict], tokenizer: PreTrainedTokenizerBase, limits: Limits, *, name: str = "training data"
 ) -> list[UnpairedExample]:
     """KTO's rows (TRL's unpaired format), tokenised as TRL 1.16's KTOTrainer does (EOS after a text completion)."""
-    rows = check_rows(rows, UNPAIRED_FIELDS, name=name)
-    examples = []
-    for index, row in enumerate(rows):
-        prompt, (completion,) = encode_row(
-            tokenizer, row["prompt"], [row["completion"]], limits, add_eos=True, index=index, name=name
-        )
-        examples.append(UnpairedExample(prompt, completion, row[LABEL_FIELD]))
-    return examples
+    return [
+        UnpairedExample(prompt, completion, row[LABEL_FIELD])
+        for row, prompt, completion in encode_completion_rows(rows, UNPAIRED_FIELDS, tokenizer, limits, name=name)
+    ]
 
 
 def mismatched_pairs(examples: Sequence[UnpairedExample], *, max_length: int) -> list[PairExample]:
