@@ -2,12 +2,13 @@
 
 The SFT start is trained as the tiny model's usual SFT (TINY_MODEL_SFT_SETTINGS), on unfiltered data: each training
 problem twice, once with the correct completion and once with correct steps but a final answer that contradicts them
-(wrong_completion's "final_answer" mistake), as logs of a chat product hold both. It learns the format and makes that
+(wrong_completion's "final_answer" mistake), as a chat product's logs hold both. It learns the format and makes that
 mistake about half the time (held-out exact match 0.33 on this machine). The thumbs come from the task's checker:
 
-- the default test: the arithmetic data source's rows (rows_for_kind("kto")): per problem the correct completion up
-  and a wrong one down;
-- the slow one: the SFT model's own sampled answers, each labelled by the checker (sampled_thumbs_rows).
+- the default test: the same rows, each labelled by the checker (arithmetic.thumbs_rows): KTO learns which of the two
+  completions of a problem to prefer (0.33 -> 0.73 here; 0.67 to 0.80 over KTO seeds 1 to 3);
+- the slow one: the SFT model's own sampled answers, each labelled by the checker (sampled_thumbs_rows): 0.33 ->
+  0.53 (0.40 to 0.60 over seeds 1 to 3, so not always 10 points: slow, not CI).
 
 With a clean SFT start (0.87 held out, tests/trainer/conftest.py) there is no room for 10 points on 15 held-out
 problems, and KTO there (like DPO without its RPO term, test_dpo_improves_preferences.py) loses a problem or two.
@@ -26,13 +27,16 @@ KTO_SETTINGS = {"lr": 1e-4, "beta": 0.1, "max_steps": 60, "batch_size": 16, "max
                 "eval_max_new_tokens": 24}
 
 
+def _labelled_rows() -> list[dict]:
+    """Per training problem, the correct completion and one whose final answer contradicts its steps, labelled by
+    the task's checker."""
+    return arithmetic.thumbs_rows(1, "train", mistakes=("final_answer",))
+
+
 @pytest.fixture(scope="module")
 def noisy_sft(tiny_model, tmp_path_factory):
-    """(checkpoint, held-out accuracy) of SFT on correct and mistaken completions alike."""
-    rows = [
-        {key: row[key] for key in ("prompt", "completion", "answer")}
-        for row in arithmetic.thumbs_rows(1, "train", mistakes=("final_answer",))
-    ]
+    """(checkpoint, held-out accuracy) of SFT on correct and mistaken completions alike (the labels left out)."""
+    rows = [{key: row[key] for key in ("prompt", "completion", "answer")} for row in _labelled_rows()]
     config = config_from_dict("sft", {"model": tiny_model, "output_dir": str(tmp_path_factory.mktemp("noisy-sft")),
                                       **arithmetic.TINY_MODEL_SFT_SETTINGS})
     sink = MemorySink()
@@ -54,8 +58,8 @@ def _kto(checkpoint, rows, output_dir) -> dict[str, float]:
 def test_kto_on_the_checkers_thumbs_raises_held_out_accuracy_by_ten_points(noisy_sft, tmp_path):
     checkpoint, sft_accuracy = noisy_sft
     started = time.perf_counter()
-    final = _kto(checkpoint, arithmetic.rows_for_kind("kto", 1, "train"), tmp_path)
-    print(f"KTO on the checker's thumbs: held-out accuracy {sft_accuracy:.3f} -> {final['eval/accuracy']:.3f}, "
+    final = _kto(checkpoint, _labelled_rows(), tmp_path)
+    print(f"KTO on the checker's thumbs of the SFT rows: held-out accuracy {sft_accuracy:.3f} -> {final['eval/accuracy']:.3f}, "
           f"format rate {final['eval/format_rate']:.3f}, {time.perf_counter() - started:.1f} s")
     assert final["eval/accuracy"] >= sft_accuracy + 0.10
     assert final["eval/format_rate"] >= 0.9
