@@ -3,9 +3,10 @@ is desirable (a thumbs up) or not; the loss is losses.kto_loss, as TRL 1.16's KT
 
 The reference point z0 is estimated per micro-batch as TRL does: each prompt is paired with the previous row's
 completion (the first row with the last one's), and z0 = max(0, mean(policy - reference log-ratio)) over those
-mismatched sequences, detached. A row's own sequence and its mismatched one share the prompt, so each goes through
-the policy and the reference as one packed row (the DPO machinery: dpo.pair_batch, with the row's sequence as
-`chosen` and the mismatched one as `rejected`).
+mismatched sequences, detached. The policy scores the rows' own sequences with a gradient and the mismatched ones in
+a forward without; the reference scores both at once, each row's pair packed into one row whose shared prompt is
+computed once (the DPO machinery: dpo.pair_batch, the row's own sequence as `chosen`, the mismatched one as
+`rejected`).
 
 The reference is kept for the whole run (a model of its own, or with LoRA the policy with its adapters disabled):
 the mismatched pairs change with every step's rows, so their reference log-probs cannot be computed beforehand.
@@ -22,10 +23,11 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedModel
 
-from trainer.algorithms.dpo import batch_tokens, pair_batch, pair_sequence_logps, run_policy_steps
+from trainer.algorithms.dpo import pair_batch, pair_sequence_logps, run_policy_steps
+from trainer.algorithms.logprobs import sequence_logps
 from trainer.algorithms.losses import kto_kl, kto_loss
 from trainer.config import KTOConfig
-from trainer.formats.data import UnpairedExample, check_rows, mismatched_pairs, tokenize_unpaired
+from trainer.formats.data import UnpairedExample, check_rows, collate, mismatched_pairs, tokenize_unpaired
 from trainer.loop import MicroBatchOutput, TrainResult, start_run
 from trainer.modeling.models import Reference, load_policy, load_reference_for
 from trainer.modeling.shared_prefix import supports_shared_prefix
@@ -47,29 +49,29 @@ class KTOObjective:
         self.config = config
         self.pad_token_id = pad_token_id
         self.reference = reference
-        self.share_prefix = (
-            config.share_prefix and supports_shared_prefix(model) and supports_shared_prefix(reference.model)
-        )
+        self.share_prefix = config.share_prefix and supports_shared_prefix(reference.model)
 
     def micro_batches(self, indices: list[int], chunks: list[list[int]]) -> Iterator[MicroBatchOutput]:
         step_labels = [self.examples[i].label for i in indices]
         desirable, undesirable = sum(step_labels), len(step_labels) - sum(step_labels)
+        device = self.model.device
         for micro in chunks:
             examples = [self.examples[i] for i in micro]
-            batch = pair_batch(
-                mismatched_pairs(examples, max_length=self.config.max_length),
-                pad_token_id=self.pad_token_id,
-                share_prefix=self.share_prefix,
-                device=self.model.device,
-            )
-            logps = pair_sequence_logps(self.model, batch, average=False)[0]
-            with torch.no_grad(), self.reference.active() as reference:
-                ref_logps = pair_sequence_logps(reference, batch, average=False)[0]
             rows = len(micro)
+            pairs = mismatched_pairs(examples, max_length=self.config.max_length)
+            own = collate([pair.chosen for pair in pairs], pad_token_id=self.pad_token_id).to(device)
+            logps = sequence_logps(self.model, own)[0]
+            with torch.no_grad():
+                # the KL sequences take no gradient: a forward of their own costs less than backward through them
+                mismatched = collate([pair.rejected for pair in pairs], pad_token_id=self.pad_token_id).to(device)
+                kl_logps = sequence_logps(self.model, mismatched)[0]
+                both = pair_batch(pairs, pad_token_id=self.pad_token_id, share_prefix=self.share_prefix, device=device)
+                with self.reference.active() as reference:
+                    ref_logps = pair_sequence_logps(reference, both, average=False)[0]
             labels = torch.tensor([example.label for example in examples], device=logps.device)
-            kl = kto_kl(logps[rows:].detach(), ref_logps[rows:])
+            kl = kto_kl(kl_logps, ref_logps[rows:])
             losses, rewards = kto_loss(
-                logps[:rows],
+                logps,
                 ref_logps[:rows],
                 labels,
                 kl,
@@ -77,17 +79,23 @@ class KTOObjective:
                 desirable_weight=self.config.desirable_weight,
                 undesirable_weight=self.config.undesirable_weight,
             )
-            # the loop averages a metric over a step's micro-batches; the chosen and rejected ones are means over
-            # the step's desirable and undesirable rows, which a micro-batch may hold few or none of
-            micro_batches = len(indices) / rows
-            metrics = {"kl": kl.item()}
-            for name, chosen, count in (("chosen", labels, desirable), ("rejected", ~labels, undesirable)):
-                if count:
-                    metrics[f"rewards/{name}"] = _step_mean(rewards[chosen], count, micro_batches)
-                    metrics[f"logps/{name}"] = _step_mean(logps[:rows][chosen].detach(), count, micro_batches)
-            if desirable and undesirable:
-                metrics["rewards/margin"] = metrics["rewards/chosen"] - metrics["rewards/rejected"]
-            yield MicroBatchOutput(losses.sum() / len(indices), metrics, batch_tokens(batch))
+            metrics = _metrics(kl, rewards, logps.detach(), labels, desirable, undesirable, len(indices) / rows)
+            yield MicroBatchOutput(losses.sum() / len(indices), metrics, own.tokens + mismatched.tokens)
+
+
+def _metrics(
+    kl: Tensor, rewards: Tensor, logps: Tensor, labels: Tensor, desirable: int, undesirable: int, micro_batches: float
+) -> dict[str, float]:
+    """A micro-batch's metrics. The loop averages a metric over a step's micro-batches; the chosen and rejected ones
+    are means over the step's desirable and undesirable rows, of which a micro-batch may hold few or none."""
+    metrics = {"kl": kl.item()}
+    for name, rows, count in (("chosen", labels, desirable), ("rejected", ~labels, undesirable)):
+        if count:
+            metrics[f"rewards/{name}"] = _step_mean(rewards[rows], count, micro_batches)
+            metrics[f"logps/{name}"] = _step_mean(logps[rows], count, micro_batches)
+    if desirable and undesirable:
+        metrics["rewards/margin"] = metrics["rewards/chosen"] - metrics["rewards/rejected"]
+    return metrics
 
 
 def _step_mean(values: Tensor, step_count: int, micro_batches: float) -> float:
