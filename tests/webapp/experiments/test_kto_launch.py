@@ -9,8 +9,10 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 
 from tests.webapp.experiments.helpers import as_the_browser_posts
 from trainer.builtin_datasets import arithmetic
+from trainer.sink import MemorySink
 from webapp.experiments.data_sources import training_rows
 from webapp.experiments.models import Run
+from workers.training import run_train
 
 pytestmark = pytest.mark.django_db
 
@@ -55,7 +57,8 @@ def test_a_kto_run_is_launched_on_an_uploaded_unpaired_file(researcher_client, t
 
 def test_a_kto_run_is_launched_on_the_arithmetic_task(researcher_client, tiny_model):
     posted = {**_shown_form(researcher_client), "model": tiny_model.path, "data_source": "arithmetic", "level": "1",
-              "size": "8"}
+              "size": "8",
+              "max_length": "64", "max_prompt_length": "24", "eval_max_new_tokens": "8"}
     response = researcher_client.post("/runs/new?kind=kto", posted)
     assert response.status_code == 302, response.context["form"].errors
     run = Run.objects.get()
@@ -64,6 +67,10 @@ def test_a_kto_run_is_launched_on_the_arithmetic_task(researcher_client, tiny_mo
     assert rows == arithmetic.thumbs_rows(1, "train", 8)
     assert [row["label"] for row in rows] == [True, False] * 8
     assert held_out and all("answer" in row for row in held_out)
+    # what the gpu worker does with the run: its kind's train function on its rows
+    sink = MemorySink()
+    result = run_train(run, sink)
+    assert result.step == 3 and "kl" in sink.metrics[3] and "eval/accuracy" in sink.metrics[3]
 
 
 @pytest.mark.parametrize(("bad_row", "message"), [
