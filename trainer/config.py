@@ -337,6 +337,13 @@ class KTOConfig(ReferenceConfig):
         "optimisation",
     )
     undesirable_weight: float = _option(1.0, "Weight of the losses of undesirable (thumbs-down) rows.", "optimisation")
+    share_prefix: bool = _option(
+        True,
+        "In the reference's forward, pack each row's sequence and its KL sequence (its prompt with another row's "
+        "completion) into one, so their shared prompt is computed once; same results, fewer tokens. Used where the "
+        "architecture allows it.",
+        "advanced",
+    )
 
     def validate(self) -> None:
         super().validate()
