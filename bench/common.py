@@ -141,9 +141,9 @@ def our_common_fields(args: argparse.Namespace, model_dir: Path, output_dir: Pat
     }
 
 
-def print_table(title: str, pairs: int, rows: list[tuple[str, float]], baseline: float) -> None:
-    """rows: (label, seconds for `pairs` pairs); ratio is throughput relative to `baseline` seconds."""
-    print(f"\n{title}: {pairs} pairs over the timed steps")
-    print(f"{'':32} {'seconds':>9} {'pairs/s':>9} {'vs TRL':>7}")
+def print_table(title: str, pairs: int, rows: list[tuple[str, float]], baseline: float, *, unit: str = "pairs") -> None:
+    """rows: (label, seconds for `pairs` pairs, or other `unit`s); ratio is throughput relative to `baseline` seconds."""
+    print(f"\n{title}: {pairs} {unit} over the timed steps")
+    print(f"{'':32} {'seconds':>9} {unit + '/s':>9} {'vs TRL':>7}")
     for label, seconds in rows:
         print(f"{label:32} {seconds:9.3f} {pairs / seconds:9.1f} {baseline / seconds:6.2f}x")

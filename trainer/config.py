@@ -284,22 +284,13 @@ class SFTConfig(BaseConfig):
 
 
 @dataclass(kw_only=True)
-class DPOConfig(BaseConfig):
-    """Direct Preference Optimisation (Rafailov et al. 2023) against a frozen reference model."""
+class ReferenceConfig(BaseConfig):
+    """The fields of the offline kinds that train a policy against a frozen reference model (DPO, KTO)."""
 
-    lr: float = _option(1e-6, "Peak learning rate (AdamW); DPO wants a small one.", "optimisation", maximum=1.0)
-    beta: float = _option(0.1, "Strength of the implicit KL to the reference (0.1 in the paper).", "optimisation")
-    loss_type: DpoLossType = _option("sigmoid", "sigmoid (DPO), ipo (IPO, length-averaged log-probs) or hinge (SLiC).", "optimisation")
-    label_smoothing: float = _option(0.0, "Assumed label noise for conservative DPO (sigmoid loss only).", "optimisation")
-    rpo_alpha: float = _option(
-        0.0,
-        "Weight of a per-token NLL loss on the chosen completions (RPO, Pang et al. 2024); keeps their likelihood up.",
-        "optimisation",
-    )
+    lr: float = _option(1e-6, "Peak learning rate (AdamW); training against a reference wants a small one.",
+                        "optimisation", maximum=1.0)
+    beta: float = _option(0.1, "Strength of the implicit KL to the reference (0.1 in the papers).", "optimisation")
     reference_model: str | None = _option(None, "Reference model; empty means the starting policy.", "model")
-    precompute_ref_logps: bool = _option(
-        True, "Compute reference log-probs once before training and free the reference model.", "advanced"
-    )
     share_prefix: bool = _share_prefix_option()
     eval_max_new_tokens: int = _option(64, "Tokens generated per held-out prompt for eval/accuracy.", "logging",
                                        maximum=SEQUENCE_MAX)
@@ -307,11 +298,65 @@ class DPOConfig(BaseConfig):
     def validate(self) -> None:
         super().validate()
         _positive(self, "beta", "eval_max_new_tokens")
+
+
+@dataclass(kw_only=True)
+class DPOConfig(ReferenceConfig):
+    """Direct Preference Optimisation (Rafailov et al. 2023) against a frozen reference model."""
+
+    loss_type: DpoLossType = _option("sigmoid", "sigmoid (DPO), ipo (IPO, length-averaged log-probs) or hinge (SLiC).", "optimisation")
+    label_smoothing: float = _option(0.0, "Assumed label noise for conservative DPO (sigmoid loss only).", "optimisation")
+    rpo_alpha: float = _option(
+        0.0,
+        "Weight of a per-token NLL loss on the chosen completions (RPO, Pang et al. 2024); keeps their likelihood up.",
+        "optimisation",
+    )
+    precompute_ref_logps: bool = _option(
+        True, "Compute reference log-probs once before training and free the reference model.", "advanced"
+    )
+
+    def validate(self) -> None:
+        super().validate()
         _non_negative(self, "rpo_alpha")
         if not 0.0 <= self.label_smoothing < 0.5:
             raise ConfigError("label_smoothing", f"must be in [0, 0.5), got {self.label_smoothing}")
         if self.label_smoothing and self.loss_type != "sigmoid":
             raise ConfigError("label_smoothing", f"applies to the sigmoid loss only, not {self.loss_type!r}")
+
+
+@dataclass(kw_only=True)
+class KTOConfig(ReferenceConfig):
+    """Kahneman-Tversky Optimisation (Ethayarajh et al. 2024) on unpaired rows, each completion labelled desirable
+    (a thumbs up) or undesirable, against a frozen reference model kept for the whole run: the batch's KL estimate
+    pairs each prompt with another row's completion, and those pairs change every step."""
+
+    desirable_weight: float = _option(
+        1.0,
+        "Weight of the losses of desirable (thumbs-up) rows. With unbalanced data, the paper keeps "
+        "desirable_weight x desirable rows / (undesirable_weight x undesirable rows) in [1, 4/3].",
+        "optimisation",
+    )
+    undesirable_weight: float = _option(1.0, "Weight of the losses of undesirable (thumbs-down) rows.", "optimisation")
+    share_prefix: bool = _option(
+        True,
+        "In the reference's forward, pack each row's sequence and its KL sequence (its prompt with another row's "
+        "completion) into one, so their shared prompt is computed once; same results, fewer tokens. Used where the "
+        "architecture allows it.",
+        "advanced",
+    )
+
+    def validate(self) -> None:
+        super().validate()
+        _non_negative(self, "desirable_weight", "undesirable_weight")
+        if not self.desirable_weight and not self.undesirable_weight:
+            raise ConfigError("desirable_weight", "desirable_weight and undesirable_weight are both 0: nothing to learn")
+        if self.batch_size // (self.grad_accum_steps * self.num_processes) < 2:
+            raise ConfigError(
+                "batch_size",
+                f"KTO's KL estimate pairs each prompt with another completion of its micro-batch, so each micro-batch "
+                f"needs at least 2 rows; batch_size {self.batch_size} over grad_accum_steps={self.grad_accum_steps} x "
+                f"num_processes={self.num_processes} gives {self.batch_size // (self.grad_accum_steps * self.num_processes)}",
+            )
 
 
 def config_to_dict(config: BaseConfig) -> dict[str, Any]:

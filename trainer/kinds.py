@@ -24,6 +24,7 @@ from trainer.config import (
     ConfigError,
     DPOConfig,
     GRPOConfig,
+    KTOConfig,
     PPOConfig,
     Preset,
     RewardModelConfig,
@@ -39,6 +40,7 @@ ROW_FIELDS: dict[RowShape, tuple[str, ...]] = {
     "prompts": ("prompt",),
     "unpaired": ("prompt", "completion", "label"),
 }
+ROW_FIELDS["unpaired"] = ("prompt", "completion", "label")
 
 
 @dataclass(frozen=True)
@@ -59,7 +61,7 @@ class RunKind:
 
     @property
     def row_fields(self) -> tuple[str, ...]:
-        """The text fields every training row must have."""
+        """The fields every training row must have: text (or messages), and an unpaired row's true / false label."""
         return ROW_FIELDS[self.rows]
 
     def train_function(self) -> Callable[..., Any]:
@@ -73,6 +75,7 @@ KINDS: dict[str, RunKind] = {
                 ("eval/accuracy", "rewards/accuracy", "loss"), produces="classifier"),
         RunKind("sft", "SFT", SFTConfig, "trainer.algorithms.sft", "completions", ("eval/accuracy", "loss")),
         RunKind("dpo", "DPO", DPOConfig, "trainer.algorithms.dpo", "pairs", ("eval/accuracy", "rewards/accuracy", "loss")),
+        RunKind("kto", "KTO", KTOConfig, "trainer.algorithms.kto", "unpaired", ("eval/accuracy", "rewards/margin", "loss")),
         RunKind("grpo", "GRPO", GRPOConfig, "trainer.algorithms.grpo", "prompts", ("reward/mean", "loss")),
         RunKind("ppo", "PPO", PPOConfig, "trainer.algorithms.ppo", "prompts", ("reward/mean", "loss")),
     )

@@ -19,12 +19,13 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, 
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 from trl.trainer.dpo_trainer import DPOTrainer
 from trl.trainer.grpo_trainer import GRPOTrainer
+from trl.trainer.kto_trainer import KTOTrainer
 from trl.trainer.reward_trainer import RewardTrainer
 from trl.trainer.sft_trainer import SFTTrainer
 
 from trainer.decoding.generation import HFGenerationBackend, SamplingParams
 from trainer.formats.chat import encode_prompt, end_token_ids
-from trainer.formats.data import Limits, tokenize_pairs, tokenize_sft
+from trainer.formats.data import Limits, tokenize_pairs, tokenize_sft, tokenize_unpaired
 
 datasets.disable_progress_bars()
 
@@ -69,6 +70,11 @@ PAIR_SETS = {
 SFT_SETS = {
     "standard": [{"prompt": row["prompt"], "completion": row["chosen"]} for row in STANDARD_PAIRS],
     "conversational": [{"prompt": row["prompt"], "completion": row["chosen"]} for row in CONVERSATIONAL_PAIRS],
+}
+UNPAIRED_SETS = {
+    kind: [{"prompt": row["prompt"], "completion": row[side], "label": side == "chosen"}
+           for row in rows for side in ("chosen", "rejected")]
+    for kind, rows in (("standard", STANDARD_PAIRS), ("conversational", CONVERSATIONAL_PAIRS))
 }
 PROMPT_SETS = {
     "standard": [row["prompt"] for row in STANDARD_PAIRS],
@@ -145,6 +151,12 @@ def trl_dpo(tokenizer, records):
 def trl_reward(tokenizer, records):
     args = SimpleNamespace(dataset_num_proc=None, max_length=None)
     return list(RewardTrainer._prepare_dataset(SimpleNamespace(), Dataset.from_list(records), tokenizer, args, "train"))
+
+
+def trl_kto(tokenizer, records):
+    stand_in = SimpleNamespace(_tokenizer=tokenizer, calculate_KL=False, desirable_weight=1.0, undesirable_weight=1.0)
+    args = SimpleNamespace(dataset_num_proc=None, max_length=None)
+    return list(KTOTrainer._prepare_dataset(stand_in, Dataset.from_list(records), tokenizer, args, "train"))
 
 
 def trl_sft(tokenizer, records):
@@ -228,6 +240,16 @@ def test_reward_model_sequences_equal_trl(tokenizer, kind):
     for pair, trl_row in zip(ours, theirs, strict=True):
         assert pair.chosen.input_ids == trl_row["chosen_ids"]
         assert pair.rejected.input_ids == trl_row["rejected_ids"]
+
+
+@pytest.mark.parametrize("kind", list(UNPAIRED_SETS))
+def test_kto_prompt_and_completion_ids_equal_trl(tokenizer, kind):
+    records = UNPAIRED_SETS[kind]
+    ours = tokenize_unpaired(records, tokenizer, ROOMY)
+    theirs = trl_kto(tokenizer, records)
+    for example, trl_row in zip(ours, theirs, strict=True):
+        assert (example.prompt_ids, example.completion_ids) == (trl_row["prompt_ids"], trl_row["completion_ids"])
+        assert example.label == trl_row["label"] and example.completion_ids
 
 
 @pytest.mark.parametrize("kind", list(SFT_SETS))

@@ -79,7 +79,8 @@ def test_every_field_has_help_and_a_known_group():
 BOUNDED_BY_A_CHECK = {"warmup_ratio", "grad_accum_steps", "max_prompt_length", "lora_dropout", "label_smoothing", "top_p",
                       "gamma", "lam", "num_mini_batches"}
 COEFFICIENTS = {"max_grad_norm", "center_coef", "beta", "rpo_alpha", "reward_model_weight", "alert_kl_above",
-                "alert_entropy_below", "epsilon_high", "kl_coef", "value_clip", "vf_coef", "entropy_coef"}
+                "alert_entropy_below", "epsilon_high", "kl_coef", "value_clip", "vf_coef", "entropy_coef",
+                "desirable_weight", "undesirable_weight"}
 
 
 def test_every_number_of_every_kind_has_an_upper_bound():
@@ -106,6 +107,9 @@ def test_every_number_of_every_kind_has_an_upper_bound():
         ("dpo", {"lr": float("inf")}, "lr", "must be a finite number, got inf"),
         ("dpo", {"beta": float("nan")}, "beta", "must be a finite number, got nan"),
         ("sft", {"lora_dropout": 1.0}, "lora_dropout", "must be in [0, 1)"),
+        ("kto", {"undesirable_weight": -0.5}, "undesirable_weight", "must be >= 0, got -0.5"),
+        ("kto", {"desirable_weight": 0.0, "undesirable_weight": 0.0}, "desirable_weight", "both 0: nothing to learn"),
+        ("kto", {"batch_size": 4, "grad_accum_steps": 4}, "batch_size", "each micro-batch needs at least 2 rows"),
         ("ppo", {"ppo_epochs": 10**6}, "ppo_epochs", "must be <= 1024"),
         ("grpo", {"num_processes": 65}, "num_processes", "65 per node, more than 64"),
         ("grpo", {"temperature": 6.0}, "temperature", "must be <= 5, got 6.0"),

@@ -55,7 +55,7 @@ def _run_file(directory: Path, kind: str, tiny_model: str, **settings) -> Path:
         "task_level": 1,
         "task_train_size": 40,
         "task_eval_size": 4,
-        **KINDS[kind],
+        **KINDS.get(kind, {}),
         **settings,
     }
     directory.mkdir(parents=True, exist_ok=True)
@@ -122,6 +122,19 @@ def _assert_same_numbers(expected: list[dict], actual: list[dict], tolerance: fl
             assert two["metrics"][name] == pytest.approx(one["metrics"][name], rel=tolerance, abs=tolerance), (
                 f"{name} at step {one['step']}"
             )
+
+
+@pytest.mark.slow
+def test_two_ddp_processes_reproduce_kto_on_one_process_of_the_same_micro_batches(tiny_model, tmp_path):
+    """KTO's KL estimate is a micro-batch's (as TRL's is a device batch's): one process with two micro-batches of two
+    rows against two processes with one each."""
+    one = _train(_run_file(tmp_path / "one", "kto", tiny_model, grad_accum_steps=2, eval_max_new_tokens=8))
+    two = _train(_run_file(tmp_path / "two", "kto", tiny_model, num_processes=2, eval_max_new_tokens=8))
+    _assert_same_numbers(one, two, FP32_TOLERANCE)
+    for name in ("kl", "rewards/chosen", "rewards/rejected"):  # a step without desirable rows logs no rewards/chosen
+        assert [row["metrics"].get(name, 0) for row in two] == pytest.approx(
+            [row["metrics"].get(name, 0) for row in one], abs=1e-6)
+    assert any(row["metrics"]["kl"] > 0 for row in one)
 
 
 # sft and grpo in CI (a loss of its own and a gathered rollout); the other kinds are `slow` variants of the same

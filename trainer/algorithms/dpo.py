@@ -20,14 +20,16 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedModel
 
-from trainer.algorithms.evaluation import generation_accuracy, has_answers, sample_writer
+from trainer.algorithms.evaluation import accuracy_evaluator, sample_writer
 from trainer.algorithms.logprobs import sequence_logps
 from trainer.algorithms.losses import dpo_loss
-from trainer.config import DPOConfig
+from trainer.config import DPOConfig, ReferenceConfig
 from trainer.formats.data import PairExample, SequenceBatch, check_rows, collate_pairs, tokenize_pairs
 from trainer.loop import (
     LoopParts,
     MicroBatchOutput,
+    Objective,
+    RunStart,
     TrainResult,
     run_steps,
     start_run,
@@ -178,19 +180,32 @@ def train(config: DPOConfig, data: Sequence[dict], sink: Sink, *, eval_data: Seq
 
     model = policy or load_policy(start.weights, **start.model_options)
     objective = DPOObjective(model, pairs, config, pad_token_id=pad_token_id, ref_logps=ref_logps, reference=reference)
+    return run_policy_steps(config, start, model, objective, len(pairs), data, eval_data, sink)
 
-    def evaluate() -> dict[str, float]:
-        accuracy = generation_accuracy(model, tokenizer, eval_data, max_new_tokens=config.eval_max_new_tokens)
-        return {"eval/accuracy": accuracy}
+
+def run_policy_steps(
+    config: ReferenceConfig,
+    start: RunStart,
+    model: PreTrainedModel,
+    objective: Objective,
+    dataset_size: int,
+    data: Sequence[dict],
+    eval_data: Sequence[dict] | None,
+    sink: Sink,
+) -> TrainResult:
+    """The steps of a policy trained against a reference (DPO, KTO): held-out accuracy and format rate by greedy
+    generation when every held-out row has an answer, samples from the held-out prompts (else the training ones)."""
 
     parts = LoopParts(
         config=config,
         model=model,
-        tokenizer=tokenizer,
+        tokenizer=start.tokenizer,
         objective=objective,
-        dataset_size=len(pairs),
-        evaluate=evaluate if has_answers(eval_data) else None,
-        write_samples=sample_writer(sink, model, tokenizer, eval_data or data, max_new_tokens=config.eval_max_new_tokens),
+        dataset_size=dataset_size,
+        evaluate=accuracy_evaluator(model, start.tokenizer, eval_data, config.eval_max_new_tokens),
+        write_samples=sample_writer(
+            sink, model, start.tokenizer, eval_data or data, max_new_tokens=config.eval_max_new_tokens
+        ),
         resume_state=start.resume_state,
         precision=start.precision,
     )

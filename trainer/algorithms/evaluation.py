@@ -22,7 +22,7 @@ def has_answers(rows: Sequence[dict] | None) -> bool:
 
 def prompts_of(rows: Sequence[dict], *, name: str = "eval data") -> list[TextOrConversation]:
     """Each row's prompt, text or conversation, in any of TRL's formats (`messages`, implicit prompt...)."""
-    return [normalize_record(row, index=index, name=name)["prompt"] for index, row in enumerate(rows)]
+    return [normalize_record(row, index=index, name=name, unpaired=True)["prompt"] for index, row in enumerate(rows)]
 
 
 @torch.no_grad()

@@ -310,6 +310,49 @@ def dpo_loss(
     return losses, beta * chosen_log_ratios.detach(), beta * rejected_log_ratios.detach()
 
 
+def kto_kl(kl_logps: Tensor, ref_kl_logps: Tensor) -> Tensor:
+    """KTO's reference point z0 (Ethayarajh et al. 2024, eq. 7, as TRL's KTOTrainer estimates it): the batch mean of
+    the policy's log-ratio to the reference on mismatched (prompt, another row's completion) sequences.
+
+    kl_logps, ref_kl_logps [B] (summed completion log-probs) -> a scalar, detached (z0 is a baseline, not a term to
+    descend) and clamped at 0 (a KL is never negative; the estimate can be).
+    """
+    _same_shape(kl_logps=kl_logps, ref_kl_logps=ref_kl_logps)
+    return (kl_logps - ref_kl_logps).mean().detach().clamp(min=0)
+
+
+def kto_loss(
+    logps: Tensor,
+    ref_logps: Tensor,
+    labels: Tensor,
+    kl: Tensor,
+    *,
+    beta: float = 0.1,
+    desirable_weight: float = 1.0,
+    undesirable_weight: float = 1.0,
+) -> tuple[Tensor, Tensor]:
+    """Kahneman-Tversky optimisation losses per row (KTO, eq. 7; TRL's loss_type "kto").
+
+    logps, ref_logps [B] summed completion log-probs; labels [B] bool (True: desirable); kl: the scalar reference
+    point (kto_kl). With r = logps - ref_logps:
+      desirable:   desirable_weight * (1 - sigmoid(beta * (r - kl)))
+      undesirable: undesirable_weight * (1 - sigmoid(beta * (kl - r)))
+    Returns (losses [B], not reduced, in the rows' order; rewards [B], the detached implicit rewards beta * r).
+    """
+    if beta <= 0:
+        raise ValueError(f"beta must be > 0; got {beta}")
+    if desirable_weight < 0 or undesirable_weight < 0:
+        raise ValueError(f"the weights must be >= 0; got {desirable_weight}, {undesirable_weight}")
+    _same_shape(logps=logps, ref_logps=ref_logps, labels=labels)
+    if kl.dim() != 0:
+        raise ValueError(f"kl must be a scalar; got shape {tuple(kl.shape)}")
+    desirable = labels.bool()
+    log_ratios = logps - ref_logps
+    utility = torch.where(desirable, log_ratios - kl, kl - log_ratios)
+    weights = torch.where(desirable, desirable_weight, undesirable_weight).to(log_ratios.dtype)
+    return weights * (1 - torch.sigmoid(beta * utility)), beta * log_ratios.detach()
+
+
 def bradley_terry_loss(
     chosen_scores: Tensor,
     rejected_scores: Tensor,

@@ -186,11 +186,61 @@ def preference_rows(
     return rows
 
 
+def thumbs_rows(
+    level: int, split: Split, count: int | None = None, *, mistakes: tuple[Mistake, ...] = MISTAKES, seed: int = 0
+) -> list[dict]:
+    """KTO's unpaired {prompt, completion, label, answer} rows, two a problem: the correct completion and a wrong one
+    (wrong_completion), each labelled by the task's checker (is_correct): thumbs up for the first, down for the
+    second, so desirable and undesirable rows are balanced (KTO's default weights assume it)."""
+    rng = random.Random(f"thumbs-{level}-{split}-{seed}")
+    rows = []
+    for problem in problems(level, split, count, seed=seed):
+        for completion in (problem.completion, wrong_completion(problem, rng, mistakes)):
+            rows.append({"prompt": problem.prompt, "completion": completion,
+                         "label": is_correct(completion, problem.answer), "answer": str(problem.answer)})
+    return rows
+
+
+def sampled_thumbs_rows(
+    model_dir: str | Path,
+    level: int,
+    split: Split,
+    count: int | None = None,
+    *,
+    samples: int = 4,
+    temperature: float = 1.0,
+    max_new_tokens: int = 24,
+    seed: int = 0,
+) -> list[dict]:
+    """KTO rows from a model's own answers: `samples` completions sampled per problem, each labelled by the task's
+    checker (thumbs up when its final answer is right), as thumbs on a chat product's answers are. Empty completions
+    are left out (nothing to learn from them)."""
+    # imported here: listing the task's data sets (the web process) must not load torch
+    import torch
+
+    from trainer.decoding.generation import HFGenerationBackend, SamplingParams
+    from trainer.modeling.models import load_reference, load_tokenizer
+
+    torch.manual_seed(seed)
+    chosen = problems(level, split, count, seed=seed)
+    backend = HFGenerationBackend(load_reference(str(model_dir)), load_tokenizer(str(model_dir)))
+    params = SamplingParams(group_size=samples, max_new_tokens=max_new_tokens, temperature=temperature)
+    texts = backend.generate([problem.prompt for problem in chosen], params).texts
+    return [
+        {"prompt": problem.prompt, "completion": text, "label": is_correct(text, problem.answer),
+         "answer": str(problem.answer)}
+        for problem, text in zip((p for p in chosen for _ in range(samples)), texts, strict=True)
+        if text.strip()
+    ]
+
+
 def rows_for_kind(kind: str, level: int, split: Split, count: int | None = None) -> list[dict]:
     """The rows run kind `kind` trains on (its registered row shape), from `count` problems of `level`."""
     shape = run_kind(kind).rows
     if shape == "pairs":
         return preference_rows(level, split, count)
+    if shape == "unpaired":
+        return thumbs_rows(level, split, count)
     if shape == "completions":
         return sft_rows(level, split, count)
     return [{"prompt": p.prompt, "answer": str(p.answer)} for p in problems(level, split, count)]

@@ -145,22 +145,33 @@ def _split_messages(row: dict, *, index: int, name: str) -> dict:
     return {**rest, "prompt": messages[:-1], "completion": messages[-1:]}
 
 
-def normalize_record(row: dict, *, index: int, name: str) -> dict:
+# The one field of TRL's unpaired rows that is not text: whether the completion is desirable.
+LABEL_FIELD = "label"
+
+
+def normalize_record(row: dict, *, index: int, name: str, unpaired: bool = False) -> dict:
     """A row in one of TRL's formats → explicit `prompt` (+ `completion` or `chosen`/`rejected`).
 
     Standard rows (text fields) come back unchanged. Conversational ones keep their message lists (copied):
     `messages` is split into prompt and final assistant turn, an implicit prompt is extracted from
     `chosen`/`rejected` as TRL's `maybe_extract_prompt` does. Other fields (answer, weight, margin...) are kept.
-    TRL's unpaired format (prompt, completion, label) is refused. Errors name `name`, the row and the field.
+    TRL's unpaired format (prompt, completion, label) is refused unless `unpaired` (what KTO trains on), where its
+    `label` must be true or false. Errors name `name`, the row and the field.
     """
     if not isinstance(row, dict):
         raise _error(name, index, f"expected a dict, got {type(row).__name__}")
-    if "label" in row and "completion" in row:
+    if "label" in row and "completion" in row and not unpaired:
         raise _error(
             name,
             index,
             "field 'label' (TRL's unpaired preference format) is not supported; "
             "give pairs as 'prompt', 'chosen', 'rejected'",
+        )
+    if unpaired and LABEL_FIELD in row and not isinstance(row[LABEL_FIELD], bool):
+        raise _error(
+            name,
+            index,
+            f"field 'label' must be true (desirable, a thumbs up) or false (undesirable), got {row[LABEL_FIELD]!r}",
         )
     if "messages" in row:
         return _split_messages(row, index=index, name=name)

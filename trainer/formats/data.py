@@ -10,7 +10,7 @@ trainer.formats.chat.encode_completions). Batches are padded on the right to the
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,11 +20,18 @@ from transformers import PreTrainedTokenizerBase
 
 from trainer.devices import HOST
 from trainer.formats import chat
-from trainer.formats.chat import ChatFormatError, TextOrConversation, conversation_text, normalize_record
+from trainer.formats.chat import (
+    LABEL_FIELD,
+    ChatFormatError,
+    TextOrConversation,
+    conversation_text,
+    normalize_record,
+)
 from trainer.formats.jsonl import JsonlError, read_jsonl_file
 
 SFT_FIELDS = ("prompt", "completion")
 PAIR_FIELDS = ("prompt", "chosen", "rejected")
+UNPAIRED_FIELDS = ("prompt", "completion", LABEL_FIELD)
 # A model learns nothing from an empty answer but "stop at once": such rows are refused, not trained on.
 ANSWER_FIELDS = ("completion", "chosen", "rejected")
 
@@ -41,22 +48,31 @@ def read_jsonl_rows(path: str | Path) -> list[dict]:
         raise DataError(str(error)) from error
 
 
-def check_rows(rows: Sequence[dict], required: Sequence[str], *, name: str = "training data") -> list[dict]:
-    """The rows with an explicit prompt (trainer.formats.chat.normalize_record), or a DataError naming row and field."""
+def check_rows(
+    rows: Sequence[dict], required: Sequence[str], *, name: str = "training data", unpaired: bool | None = None
+) -> list[dict]:
+    """The rows with an explicit prompt (trainer.formats.chat.normalize_record), or a DataError naming row and field.
+
+    Rows in TRL's unpaired format are taken where `required` holds `label` (or `unpaired` says so), its label true
+    or false."""
     if not rows:
         raise DataError(f"{name} is empty")
+    if unpaired is None:
+        unpaired = LABEL_FIELD in required
     normalized = []
     for index, row in enumerate(rows):
         if not isinstance(row, dict):
             raise DataError(f"{name} row {index}: expected a dict, got {type(row).__name__}")
         try:
-            row = normalize_record(row, index=index, name=name)
+            row = normalize_record(row, index=index, name=name, unpaired=unpaired)
         except ChatFormatError as error:
             raise DataError(str(error)) from error
         normalized.append(row)
         for field in required:
             if field not in row:
                 raise DataError(f"{name} row {index}: missing field {field!r}")
+            if field == LABEL_FIELD:
+                continue  # normalize_record checked it is true or false
             if not isinstance(row[field], str | list):
                 raise DataError(f"{name} row {index}: field {field!r} must be text, got {type(row[field]).__name__}")
             if field in ANSWER_FIELDS and not conversation_text(row[field]).strip():
@@ -140,17 +156,25 @@ class PairExample:
     margin: float
 
 
-def tokenize_sft(
-    rows: Sequence[dict], tokenizer: PreTrainedTokenizerBase, limits: Limits, *, name: str = "training data"
-) -> list[SequenceExample]:
-    rows = check_rows(rows, SFT_FIELDS, name=name)
-    examples = []
-    for index, row in enumerate(rows):
+def encode_completion_rows(
+    rows: Sequence[dict], fields: Sequence[str], tokenizer: PreTrainedTokenizerBase, limits: Limits, *, name: str
+) -> Iterator[tuple[dict, list[int], list[int]]]:
+    """Each checked row of one completion with its prompt ids and completion ids (EOS after a text completion), as
+    TRL's SFT and KTO trainers tokenise it."""
+    for index, row in enumerate(check_rows(rows, fields, name=name)):
         prompt, (completion,) = encode_row(
             tokenizer, row["prompt"], [row["completion"]], limits, add_eos=True, index=index, name=name
         )
-        examples.append(SequenceExample(prompt + completion, len(prompt)))
-    return examples
+        yield row, prompt, completion
+
+
+def tokenize_sft(
+    rows: Sequence[dict], tokenizer: PreTrainedTokenizerBase, limits: Limits, *, name: str = "training data"
+) -> list[SequenceExample]:
+    return [
+        SequenceExample(prompt + completion, len(prompt))
+        for _, prompt, completion in encode_completion_rows(rows, SFT_FIELDS, tokenizer, limits, name=name)
+    ]
 
 
 def tokenize_pairs(
@@ -176,6 +200,43 @@ def tokenize_pairs(
             )
         )
     return examples
+
+
+@dataclass(frozen=True)
+class UnpairedExample:
+    """A prompt, one completion (cut to the room max_length leaves) and whether it is desirable."""
+
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    label: bool
+
+
+def tokenize_unpaired(
+    rows: Sequence[dict], tokenizer: PreTrainedTokenizerBase, limits: Limits, *, name: str = "training data"
+) -> list[UnpairedExample]:
+    """KTO's rows (TRL's unpaired format), tokenised as TRL 1.16's KTOTrainer does (EOS after a text completion)."""
+    return [
+        UnpairedExample(prompt, completion, row[LABEL_FIELD])
+        for row, prompt, completion in encode_completion_rows(rows, UNPAIRED_FIELDS, tokenizer, limits, name=name)
+    ]
+
+
+def mismatched_pairs(examples: Sequence[UnpairedExample], *, max_length: int) -> list[PairExample]:
+    """Each example's own sequence (as `chosen`) beside its prompt with the previous example's completion (as
+    `rejected`; the first takes the last one's): KTO's KL sequences, built as TRL's KTOTrainer builds them within a
+    batch. The mismatched sequence is cut to max_length, as TRL's collator cuts it."""
+    pairs = []
+    for position, example in enumerate(examples):
+        other = examples[position - 1].completion_ids[: max_length - len(example.prompt_ids)]
+        pairs.append(
+            PairExample(
+                chosen=SequenceExample(example.prompt_ids + example.completion_ids, len(example.prompt_ids)),
+                rejected=SequenceExample(example.prompt_ids + other, len(example.prompt_ids)),
+                weight=1.0,
+                margin=0.0,
+            )
+        )
+    return pairs
 
 
 @dataclass

@@ -73,7 +73,7 @@ RUN_NAME_MAX_CHARS = Run._meta.get_field("name").max_length
 
 class RunCreateIn(BodyIn):
     kind: Literal[RUN_KINDS] = Field(  # type: ignore[valid-type]
-        description='A trainer kind (reward_model, sft, dpo, grpo, ppo), or "external".')
+        description='A trainer kind (reward_model, sft, dpo, kto, grpo, ppo), or "external".')
     name: str = Field("", max_length=RUN_NAME_MAX_CHARS)
     config: dict[str, Any] = Field(default_factory=dict, description="The launch form's fields (the trainer's "
                                    'config for the kind); "preset" names a starting point, e.g. "dapo".')

@@ -14,7 +14,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
 from django.core.files.uploadedfile import UploadedFile
 
-from trainer.formats.chat import ChatFormatError, normalize_record
+from trainer.formats.chat import LABEL_FIELD, ChatFormatError, normalize_record
 from trainer.formats.jsonl import JsonlError, numbered_jsonl_lines, text_lines
 from trainer.kinds import KINDS, run_kind
 from webapp.experiments import selectors
@@ -50,15 +50,20 @@ def upload_store(*, file: UploadedFile, kind: str) -> dict[str, Any]:
 
 
 def _upload_row_check(file_name: str, number: int, row: dict, required: tuple[str, ...]) -> None:
-    missing = [name for name in required if name in row and not isinstance(row[name], str | list)]
+    unpaired = LABEL_FIELD in required
+    text_fields = [name for name in required if name != LABEL_FIELD]
+    missing = [name for name in text_fields if name in row and not isinstance(row[name], str | list)]
     # TRL's formats: conversational fields are message lists, `messages` and implicit prompts give a prompt
     try:
-        row = normalize_record(row, index=number - 1, name=file_name) if not missing else row
+        row = normalize_record(row, index=number - 1, name=file_name, unpaired=unpaired) if not missing else row
     except ChatFormatError as error:
         raise ValidationError({"upload": f"{file_name}, line {number}: {error.problem}"}) from None
-    missing = missing or [name for name in required if not isinstance(row.get(name), str | list)]
+    missing = missing or [name for name in text_fields if not isinstance(row.get(name), str | list)]
     if missing:
         raise ValidationError({"upload": f"{file_name}, line {number}: missing text field {missing[0]!r}"})
+    if unpaired and LABEL_FIELD not in row:
+        raise ValidationError({"upload": f"{file_name}, line {number}: missing field 'label' (true for a desirable "
+                                         "completion, false for an undesirable one)"})
 
 
 def run_create_from_upload(
