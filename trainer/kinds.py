@@ -40,7 +40,6 @@ ROW_FIELDS: dict[RowShape, tuple[str, ...]] = {
     "prompts": ("prompt",),
     "unpaired": ("prompt", "completion", "label"),
 }
-ROW_FIELDS["unpaired"] = ("prompt", "completion", "label")
 
 
 @dataclass(frozen=True)

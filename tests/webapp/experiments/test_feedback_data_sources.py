@@ -14,8 +14,7 @@ from tests.webapp.annotation.feedback_fixtures import (
     make_thumbs_project,
 )
 from tests.webapp.experiments.helpers import small_config
-from trainer.config import DPOConfig
-from trainer.kinds import KINDS, RunKind
+from trainer.kinds import KINDS
 from webapp.experiments import services
 from webapp.experiments.data_sources import data_source_check, data_source_rows, training_rows
 from webapp.experiments.models import Run
@@ -24,11 +23,8 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def unpaired_kind(monkeypatch) -> str:
-    """The KTO kind (trainer/kinds.py); a stand-in of the same row shape where this branch lacks it."""
-    if "kto" not in KINDS:
-        monkeypatch.setitem(KINDS, "kto", RunKind("kto", "KTO", DPOConfig, "trainer.algorithms.dpo", "unpaired",
-                                                  ("loss",)))
+def unpaired_kind() -> str:
+    """The KTO kind (trainer/kinds.py), which trains on unpaired rows."""
     assert KINDS["kto"].rows == "unpaired"
     return "kto"
 
