@@ -54,7 +54,9 @@ def data_source_check(kind: str, source: Mapping[str, Any]) -> None:
     elif source_type == "project_pairs" and run_kind(kind).online:
         raise ValidationError({"data_source": f"{kind} trains on prompts: choose a project's prompts"})
     elif source_type == "project_prompts" and not run_kind(kind).online:
-        raise ValidationError({"data_source": f"{kind} needs preference pairs or an uploaded file, not prompts"})
+        wanted = ("a project's thumbs, rankings or ratings (its unpaired rows)" if run_kind(kind).rows == "unpaired"
+                  else "preference pairs")
+        raise ValidationError({"data_source": f"{kind} needs {wanted} or an uploaded file, not prompts"})
     elif source_type == "upload" and not Path(str(source.get("path", ""))).is_file():
         raise ValidationError({"upload": "the uploaded file is missing; upload it again"})
     if source_type.startswith("project_") and not isinstance(source.get("project_id"), int):

@@ -111,3 +111,9 @@ def test_the_launch_forms_project_menu_counts_each_modes_feedback(researcher):
     held = {project_id: feedback for project_id, _, feedback, _ in _projects(researcher)}
     assert held[thumbs.pk] == f"{thumbs.labels.values('response').distinct().count()} responses with thumbs"
     assert thumbs.labels.exists() and held[ranking.pk] == "0 pairs"
+
+
+def test_a_kto_run_on_a_projects_prompts_is_told_what_it_trains_on(researcher):
+    project = make_project(owner=researcher)
+    with pytest.raises(ValidationError, match="kto needs a project's thumbs, rankings or ratings"):
+        data_source_check("kto", {"type": "project_prompts", "project_id": project.pk})

@@ -89,3 +89,22 @@ def test_a_file_whose_rows_are_not_thumbs_is_refused_naming_line_and_field(resea
     assert response.status_code == 422
     assert message in response.content.decode()
     assert not Run.objects.exists()
+
+
+def test_a_kto_run_on_a_thumbs_project_trains_on_its_thumbs(researcher_client, researcher, tiny_model):
+    from tests.webapp.annotation.feedback_fixtures import make_thumbs_project
+    from webapp.annotation.selectors import unpaired_for_training
+
+    project = make_thumbs_project(owner=researcher)
+    posted = {**_shown_form(researcher_client), "model": tiny_model.path, "data_source": "project_pairs",
+              "project": str(project.pk), "aggregation": "majority"}
+    response = researcher_client.post("/runs/new?kind=kto", posted)
+    assert response.status_code == 302, response.context["form"].errors
+    run = Run.objects.get()
+    assert run.data_source["project_id"] == project.pk and run.data_rows == 3
+    rows, _ = training_rows(run.kind, run.data_source)
+    assert rows == unpaired_for_training(project_id=project.pk, aggregation="majority")
+    assert [row["label"] for row in rows] == [True, False, False]
+    sink = MemorySink()
+    result = run_train(run, sink)
+    assert result.step == 3 and "kl" in sink.metrics[3]
