@@ -286,6 +286,20 @@ class PairsQuery(PageQuery):
     seed: int = Field(DEFAULT_SEED, ge=0, le=SEED_MAX, description="The seed of the random binarization.")
 
 
+def _format_and_aggregation(project: Project, query: PairsQuery | UnpairedQuery, *,
+                            rows_named: str) -> tuple[bool, str]:
+    """(conversational, aggregation) of an export query: conversational when asked or when the project holds a
+    conversation (a standard format is then refused), the aggregation checked; a 422 naming the field otherwise."""
+    conversational = selectors.project_has_conversations(project_id=project.pk)
+    if query.format == "standard" and conversational:
+        raise HttpError(422, f"format: the project holds conversations, so its {rows_named} are conversational only "
+                             "(format=conversational, or leave format out)")
+    try:
+        return conversational or query.format == "conversational", aggregation_check(query.aggregation)
+    except AggregationError as error:
+        raise HttpError(422, f"aggregation: {error}") from None
+
+
 @router.get("/projects/{project_id}/pairs", response={200: Page[dict[str, Any]], 404: Detail, 422: Detail},
             openapi_extra={"responses": {200: {"content": {NDJSON_TYPES[0]: {"schema": {
                 "type": "string", "description": "With stream=jsonl: every pair, one JSON object a line."}}}}}},
@@ -293,16 +307,7 @@ class PairsQuery(PageQuery):
 @researcher_only
 def pair_list(request: HttpRequest, project_id: int, query: Query[PairsQuery]) -> dict | StreamingHttpResponse:
     project = project_or_404(request, project_id)
-    conversational = selectors.project_has_conversations(project_id=project.pk)
-    if query.format == "standard" and conversational:
-        raise HttpError(422, "format: the project holds conversations, so its pairs are conversational only "
-                             "(format=conversational, or leave format out)")
-    if query.format == "conversational":
-        conversational = True
-    try:
-        aggregation = aggregation_check(query.aggregation)
-    except AggregationError as error:
-        raise HttpError(422, f"aggregation: {error}") from None
+    conversational, aggregation = _format_and_aggregation(project, query, rows_named="pairs")
     ratings = {"binarization": query.binarization, "seed": query.seed}
     rows = selectors.pair_export_rows(project_id=project.pk, strategy=query.strategy, aggregation=aggregation,
                                       conversational=conversational, **ratings)
@@ -328,17 +333,9 @@ class UnpairedQuery(PageQuery):
 @researcher_only
 def unpaired_list(request: HttpRequest, project_id: int, query: Query[UnpairedQuery]) -> dict | StreamingHttpResponse:
     project = project_or_404(request, project_id)
-    conversational = selectors.project_has_conversations(project_id=project.pk)
-    if query.format == "standard" and conversational:
-        raise HttpError(422, "format: the project holds conversations, so its rows are conversational only "
-                             "(format=conversational, or leave format out)")
-    try:
-        aggregation = aggregation_check(query.aggregation)
-    except AggregationError as error:
-        raise HttpError(422, f"aggregation: {error}") from None
+    conversational, aggregation = _format_and_aggregation(project, query, rows_named="rows")
     options = {"aggregation": aggregation, "binarization": query.binarization, "seed": query.seed}
-    rows = selectors.unpaired_export_rows(project_id=project.pk, conversational=conversational or query.format ==
-                                          "conversational", **options)
+    rows = selectors.unpaired_export_rows(project_id=project.pk, conversational=conversational, **options)
     if query.stream == "jsonl":
         return StreamingHttpResponse(exporting.jsonl_lines(rows), content_type="application/x-ndjson; charset=utf-8")
     return page_of(rows, paging=query, count=selectors.unpaired_count(project_id=project.pk, **options))

@@ -158,12 +158,21 @@ def test_conversational_pairs(api, researcher_client, ranked):
 
     refused = api.get(f"/projects/{ranked.pk}/pairs", {"format": "standard"})
     assert refused.status_code == 422 and refused.json()["detail"].startswith("format: ")
+    # the unpaired (KTO) rows are read the same way
+    unpaired = all_items(api, f"/projects/{ranked.pk}/unpaired")
+    assert unpaired and all(isinstance(row["prompt"], list) for row in unpaired)
+    refused = api.get(f"/projects/{ranked.pk}/unpaired", {"format": "standard"})
+    assert refused.status_code == 422 and "its rows are conversational only" in refused.json()["detail"]
+    assert api.get(f"/projects/{ranked.pk}/unpaired", {"aggregation": "most"}).status_code == 422
 
 
 def test_a_text_project_asked_for_conversational_pairs(api, ranked):
     rows = all_items(api, f"/projects/{ranked.pk}/pairs", format="conversational")
     assert rows[0]["prompt"] == [{"role": "user", "content": "Imported pair?"}]
     assert rows[0]["chosen"] == [{"role": "assistant", "content": "yes"}]
+    unpaired = all_items(api, f"/projects/{ranked.pk}/unpaired", format="conversational")
+    imported = [row for row in unpaired if row["prompt"] == [{"role": "user", "content": "Imported pair?"}]]
+    assert [(row["completion"][0]["content"], row["label"]) for row in imported] == [("yes", True), ("no", False)]
 
 
 def test_pairs_refusals(api, ranked):
