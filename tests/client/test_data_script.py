@@ -103,3 +103,22 @@ def test_the_client_exports_each_aggregation_of_disputed_pairs(preflab, research
     assert len(preflab.export_pairs(project.pk, aggregation="majority")) == DISPUTED_PAIR_COUNTS["majority"]
     with pytest.raises(ApiError, match="aggregation: String should match pattern"):
         list(preflab.pairs(project.pk, aggregation="most"))
+
+
+def test_the_client_reads_a_ratings_projects_binarized_pairs(preflab, researcher):
+    from tests.webapp.annotation.feedback_fixtures import RATING_PAIRS_WORST, make_ratings_project
+
+    ratings = make_ratings_project(owner=researcher)
+    pairs = list(preflab.pairs(ratings.pk, binarization="worst"))
+    assert [(row["prompt"], row["chosen"], row["rejected"], row["margin"]) for row in pairs] == RATING_PAIRS_WORST
+    with pytest.raises(ApiError, match="binarization"):
+        list(preflab.pairs(ratings.pk, binarization="best"))
+
+
+def test_the_client_reads_a_thumbs_projects_kto_rows(preflab, researcher):
+    from tests.webapp.annotation.feedback_fixtures import make_thumbs_project
+
+    thumbs = make_thumbs_project(owner=researcher)
+    majority = list(preflab.unpaired(thumbs.pk, aggregation="majority"))
+    assert [(row["completion"], row["label"]) for row in majority] == [("a", True), ("b", False), ("c", False)]
+    assert len(list(preflab.unpaired(thumbs.pk))) == 6

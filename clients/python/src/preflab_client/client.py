@@ -248,20 +248,33 @@ class Client:
         return self.post(f"items/{item_id}/ranking", body)
 
     def pairs(self, project_id: int, *, format: str | None = "standard", strategy: str = "all",
-              aggregation: str = "all") -> Iterator[dict]:
+              aggregation: str = "all", binarization: str = "random", seed: int = 0) -> Iterator[dict]:
         """Every preference pair as TRL rows, streamed as JSON lines from the server. format: "standard",
         "conversational", or None for the page export's choice (conversational when the project holds a
         conversation). aggregation: how disagreeing annotators' pairs combine: "all", "majority",
-        "drop_conflicts" or "annotator:<username>"."""
-        response = self.request("GET", f"projects/{project_id}/pairs", params={
-            "format": format, "strategy": strategy, "aggregation": aggregation, "stream": "jsonl"}, stream=True)
+        "drop_conflicts" or "annotator:<username>". A ratings project's pairs are its ratings binarized:
+        binarization "random" (a seeded random lower-rated response is rejected) or "worst"."""
+        return self._json_lines(f"projects/{project_id}/pairs", {
+            "format": format, "strategy": strategy, "aggregation": aggregation, "binarization": binarization,
+            "seed": seed})
+
+    def unpaired(self, project_id: int, *, format: str | None = "standard", aggregation: str = "all",
+                 binarization: str = "random", seed: int = 0) -> Iterator[dict]:
+        """Every unpaired (KTO) row, TRL's {prompt, completion, label} with annotator, response_id and source,
+        streamed: thumbs as given, rankings' best up and worst down, ratings' binarized pairs (the README,
+        «From feedback to training data»). format and aggregation as for `pairs`."""
+        return self._json_lines(f"projects/{project_id}/unpaired", {
+            "format": format, "aggregation": aggregation, "binarization": binarization, "seed": seed})
+
+    def _json_lines(self, path: str, params: dict) -> Iterator[dict]:
+        response = self.request("GET", path, params={**params, "stream": "jsonl"}, stream=True)
         with response:
             for line in response.iter_lines():
                 if line.strip():
                     yield json.loads(line)
 
     def export_pairs(self, project_id: int, format: str | None = "standard", *, strategy: str = "all",
-                     aggregation: str = "all") -> Dataset:
+                     aggregation: str = "all", binarization: str = "random", seed: int = 0) -> Dataset:
         """The project's preference pairs as a `datasets.Dataset` (TRL's standard or conversational format),
         the rows the page's JSONL export writes. Needs `pip install preflab-client[datasets]`."""
         try:
@@ -274,7 +287,8 @@ class Client:
         from preflab_client.pair_dataset import dataset_from_rows
 
         return dataset_from_rows(datasets, self.pairs(project_id, format=format, strategy=strategy,
-                                                         aggregation=aggregation))
+                                                         aggregation=aggregation, binarization=binarization,
+                                                         seed=seed))
 
     # --- models --------------------------------------------------------------------------------------------
 
