@@ -174,3 +174,12 @@ def _one_row_a_response(rows: Iterable[UnpairedLabel], mode: str) -> Iterator[Un
         if up and down and (mode == "drop_conflicts" or len(up) == len(down)):
             continue
         yield (up if len(up) > len(down) else down)[0]
+
+
+def tiers_from_scores(scores: dict[int, float]) -> list[list[int]]:
+    """A labels answer read as a ranking, for what compares responses by rank (a round's best response, its win
+    rate): responses by their score (a thumb, the mean of their ratings), best first, equal scores in one tier."""
+    by_score: dict[float, list[int]] = defaultdict(list)
+    for response, score in scores.items():
+        by_score[round(score, 9)].append(response)
+    return [sorted(by_score[score]) for score in sorted(by_score, reverse=True)]

@@ -940,6 +940,22 @@ def project_rounds(project: Project) -> QuerySet[Round]:
     return Round.objects.filter(project=project).select_related("compared_with").order_by("number")
 
 
+def answers_as_tiers(rankings: QuerySet[Ranking]) -> Iterator[tuple[int, list[list[int]], bool]]:
+    """(prompt id, tiers, all bad) of each answer (skips included: filter them out), oldest first: a ranking's own
+    tiers; a thumbs or ratings answer's responses ordered by their labels (feedback.tiers_from_scores)."""
+    rows = list(rankings.order_by("id").values_list("pk", "prompt_id", "tiers", "all_bad"))
+    given: dict[int, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for ranking_id, response_id, value in ResponseLabel.objects.filter(
+        ranking_id__in=[pk for pk, _, tiers, _ in rows if not tiers]
+    ).values_list("ranking_id", "response_id", "value"):
+        given[ranking_id][response_id].append(value)
+    for pk, prompt_id, tiers, all_bad in rows:
+        if not tiers and pk in given:
+            tiers = feedback.tiers_from_scores({response: statistics.fmean(values)
+                                                for response, values in given[pk].items()})
+        yield prompt_id, tiers, all_bad
+
+
 def round_outcomes(round_: Round) -> list[float]:
     """Per ranking of the round's new items and per new response in it: its score against the compared copy
     (winrates.outcome); skips and all-bad answers that rank nothing are left out."""
@@ -951,9 +967,7 @@ def round_outcomes(round_: Round) -> list[float]:
     ):
         new[prompt_id].append(pk)
     outcomes = []
-    for prompt_id, tiers, all_bad in Ranking.objects.filter(prompt__in=items, skipped=False).order_by("id").values_list(
-        "prompt_id", "tiers", "all_bad"
-    ):
+    for prompt_id, tiers, all_bad in answers_as_tiers(Ranking.objects.filter(prompt__in=items, skipped=False)):
         if prompt_id not in copies or (all_bad and len(tiers) <= 1):
             continue
         position = agreement.positions(tiers)

@@ -15,6 +15,7 @@ from django.db import transaction
 from webapp.annotation import agreement
 from webapp.annotation.models import Project, Prompt, Ranking, Response, Round
 from webapp.annotation.modes import annotation_mode
+from webapp.annotation.selectors import answers_as_tiers
 from webapp.text import storable_text
 
 PREVIOUS = "previous"
@@ -120,7 +121,7 @@ def _round_item(prompt: Prompt, round_: Round) -> Prompt:
 
 def compared_response(*, round_: Round, prompt: Prompt) -> Response | None:
     """What the round's new responses to `prompt` are set against: the compared round's best-ranked response to it
-    (mean rank over the answers; an unranked one after ranked ones, the oldest first); without a compared round,
+    (mean rank over the answers, a thumbs or ratings answer ranking by its labels; an unranked one after ranked ones, the oldest first); without a compared round,
     or when it has none for this prompt, the best-ranked of the prompt's own responses."""
     family = Prompt.objects.filter(pk=prompt.pk) | Prompt.objects.filter(origin_id=prompt.pk)
     originals = Response.objects.filter(prompt__in=family, copy_of__isnull=True).exclude(round=round_)
@@ -134,7 +135,7 @@ def compared_response(*, round_: Round, prompt: Prompt) -> Response | None:
     # a copy's ranks count for the response it copies
     original_of = dict(Response.objects.filter(prompt__in=family, copy_of__isnull=False)
                        .values_list("pk", "copy_of_id"))
-    for tiers, all_bad in Ranking.objects.filter(prompt__in=family, skipped=False).values_list("tiers", "all_bad"):
+    for _, tiers, all_bad in answers_as_tiers(Ranking.objects.filter(prompt__in=family, skipped=False)):
         if all_bad and len(tiers) <= 1:
             continue
         for response_id, position in agreement.positions(tiers).items():
