@@ -221,9 +221,13 @@ class ExportForm(forms.Form):
     seed = forms.IntegerField(required=False, min_value=0, max_value=SEED_MAX, initial=DEFAULT_SEED,
                               label="Binarization seed")
 
-    def __init__(self, *args: object, annotators: list[str] | None = None, **kwargs: object) -> None:
+    def __init__(self, *args: object, annotators: list[str] | None = None, ratings: bool = True,
+                 **kwargs: object) -> None:
+        """`ratings`: whether the binarization fields are offered (a project page shows them for ratings only)."""
         super().__init__(*args, **kwargs)
         self.fields["aggregation"].widget.choices = aggregation_choices(annotators or [])
+        if not ratings:
+            del self.fields["binarization"], self.fields["seed"]
 
     def clean_binarization(self) -> str:
         return self.cleaned_data["binarization"] or DEFAULT_BINARIZATION

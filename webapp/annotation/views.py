@@ -267,7 +267,8 @@ def _detail_context(request: HttpRequest, project: Project) -> dict:
         "import_form": ImportForm(),
         "sampling_form": SamplingForm(initial={"responses_per_prompt": project.responses_per_item}, user=request.user,
                                       rounds=list(selectors.project_rounds(project))),
-        "export_form": ExportForm(annotators=selectors.pair_annotators(project_id=project.pk)),
+        "export_form": ExportForm(annotators=selectors.pair_annotators(project_id=project.pk), auto_id="export_%s",
+                                  ratings=project.mode == Project.Mode.RATINGS),
     }
 
 

@@ -221,3 +221,13 @@ def test_unpaired_rows_name_the_round_and_model_of_their_response(researcher, an
     (row,) = selectors.unpaired_rows(project_id=project.pk)
     assert {key: row[key] for key in ("completion", "label", "annotator", "round", "model", "source")} == {
         "completion": "r1", "label": False, "annotator": "judge", "round": 1, "model": "base", "source": "thumbs"}
+
+
+def test_the_export_card_offers_the_binarization_to_a_ratings_project_only(researcher_client, researcher, ratings):
+    ranked = make_project(owner=researcher, name="Ranked")
+    ratings_page = researcher_client.get(f"/projects/{ratings.pk}/").content.decode()
+    ranked_page = researcher_client.get(f"/projects/{ranked.pk}/").content.decode()
+    assert 'id="export_binarization"' in ratings_page and 'id="export_seed"' in ratings_page
+    assert "export_binarization" not in ranked_page and 'id="export_aggregation"' in ranked_page
+    # the sampling form's seed and the export's never share an id
+    assert ratings_page.count('id="id_seed"') <= 1 and ratings_page.count('id="export_seed"') == 1
