@@ -31,6 +31,19 @@ def empty_runs_directory_of_the_test_data() -> Iterator[None]:
     shutil.rmtree(settings.RUNS_DIR, ignore_errors=True)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def product_password_hashers() -> Iterator[list[str]]:
+    """Passwords are hashed with MD5 in tests: the product's PBKDF2 takes 0.2 s a hash and a check here, and every
+    user a fixture creates and every login paid it (minutes of the suite). Yields the product's hashers, for the
+    tests about how a password is stored (tests/webapp/test_members.py). Servers a test starts as processes log
+    users in by session (force_login), never by a password hashed here."""
+    from django.test import override_settings
+
+    product = list(settings.PASSWORD_HASHERS)
+    with override_settings(PASSWORD_HASHERS=["django.contrib.auth.hashers.MD5PasswordHasher", *product]):
+        yield product
+
+
 @pytest.fixture
 def researcher(django_user_model):
     from webapp.accounts.services import user_create

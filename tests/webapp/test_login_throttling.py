@@ -16,12 +16,6 @@ LOGIN = "/accounts/login/"
 ADMIN_LOGIN = "/admin/login/"
 
 
-@pytest.fixture(autouse=True)
-def fast_password_hashing(settings):
-    """Dozens of logins: the real hasher's cost would make these tests slow, and they are about counting."""
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 def _log_in(client: Client, username: str, password: str, *, address: str = "10.0.0.1", url: str = LOGIN):
     return client.post(url, {"username": username, "password": password}, REMOTE_ADDR=address)
 

@@ -19,7 +19,9 @@ def _shown_password(page: str) -> str:
     return page.split('id="one-time-password">', 1)[1].split("<", 1)[0]
 
 
-def test_a_new_annotator_gets_a_one_time_password_shown_once(researcher_client, researcher):
+def test_a_new_annotator_gets_a_one_time_password_shown_once(researcher_client, researcher, settings,
+                                                              product_password_hashers):
+    settings.PASSWORD_HASHERS = product_password_hashers  # how the product stores it, not the tests' fast hash
     project = make_project(items=1, owner=researcher)
     response = researcher_client.post(f"/accounts/projects/{project.pk}/members/new/", {"username": "nora"})
     page = response.content.decode()
