@@ -1,5 +1,6 @@
 """Reads of the annotation app: what an annotator sees, progress and agreement, and the training/export rows."""
 
+import dataclasses
 import itertools
 import random
 import statistics
@@ -271,6 +272,12 @@ class ProjectData:
     imported_pairs: int
     ranking_pairs: int
     empty_responses: int
+    # a thumbs or ratings project's labels (thumbs, or one rating a response and aspect), given in answers and
+    # imported, and the training rows they make (None in a ranking mode): ratings' binarized pairs, KTO rows
+    labels_given: int = 0
+    labels_imported: int = 0
+    binarized_pairs: int | None = None
+    unpaired_rows: int | None = None
 
 
 def project_data(project: Project) -> ProjectData:
@@ -281,8 +288,16 @@ def project_data(project: Project) -> ProjectData:
         imported=Count("pk", filter=Q(ranking__isnull=True)), ranked=Count("pk", filter=Q(ranking__isnull=False))
     )
     empty = Response.objects.filter(prompt__project=project, text__regex=LEFT_OUT_TEXT_REGEX).count()
-    return ProjectData(items=items["total"], awaiting_responses=items["awaiting"], imported_pairs=pairs["imported"],
+    data = ProjectData(items=items["total"], awaiting_responses=items["awaiting"], imported_pairs=pairs["imported"],
                        ranking_pairs=pairs["ranked"], empty_responses=empty)
+    if not annotation_mode(project.mode).gives_labels:
+        return data
+    labels = ResponseLabel.objects.filter(project=project).aggregate(
+        given=Count("pk", filter=Q(ranking__isnull=False)), imported=Count("pk", filter=Q(ranking__isnull=True)))
+    binarized = (sum(1 for _ in binarized_pair_rows(project_id=project.pk))
+                 if project.mode == Project.Mode.RATINGS else None)
+    return dataclasses.replace(data, labels_given=labels["given"], labels_imported=labels["imported"],
+                               binarized_pairs=binarized, unpaired_rows=unpaired_count(project_id=project.pk))
 
 
 def sampling_jobs(project: Project) -> QuerySet[SamplingJob]:

@@ -231,3 +231,14 @@ def test_the_export_card_offers_the_binarization_to_a_ratings_project_only(resea
     assert "export_binarization" not in ranked_page and 'id="export_aggregation"' in ranked_page
     # the sampling form's seed and the export's never share an id
     assert ratings_page.count('id="id_seed"') <= 1 and ratings_page.count('id="export_seed"') == 1
+
+
+def test_the_data_card_counts_labels_and_the_training_rows_they_make(researcher_client, ratings):
+    page = researcher_client.get(f"/projects/{ratings.pk}/data/").content.decode()
+    given = ResponseLabel.objects.filter(project=ratings, ranking__isnull=False).count()
+    assert f'id="labels-given">{given}<' in page and "Ratings given" in page
+    assert f'id="binarized-pairs">{selectors.pair_count(project_id=ratings.pk)} ' in page
+    assert f'id="unpaired-rows">{selectors.unpaired_count(project_id=ratings.pk)}<' in page
+    assert "ranking-pairs" not in page
+    progress = researcher_client.get(f"/projects/{ratings.pk}/progress/").content.decode()
+    assert "<dt>Answers</dt>" in progress and "<dt>Rankings</dt>" not in progress
