@@ -361,8 +361,9 @@ PROJECT_SOURCE_WORDS = {"project_pairs": "preference pairs", "project_prompts": 
 EXTERNAL_SOURCE_WORDS = "Logged through the API by a program outside Preflab"
 
 
-def data_source_text(source: Mapping[str, Any]) -> DataSourceText:
-    """e.g. "Arithmetic, level 1, 64 problems", "Project «demo»: preference pairs", "Upload: a.jsonl, 200 rows"."""
+def data_source_text(source: Mapping[str, Any], *, kind: str | None = None) -> DataSourceText:
+    """e.g. "Arithmetic, level 1, 64 problems", "Project «demo»: preference pairs", "Upload: a.jsonl, 200 rows";
+    a project's feedback read by a `kind` that trains on unpaired rows (KTO) is "unpaired (KTO) rows"."""
     source_type = source.get("type")
     if source_type == "arithmetic":
         return DataSourceText(f"Arithmetic, level {source.get('level')}, {counted(source.get('size') or 0, 'problem')}")
@@ -375,8 +376,10 @@ def data_source_text(source: Mapping[str, Any]) -> DataSourceText:
         name = project_name(project_id)
         if name is None:
             return DataSourceText(f"Project #{project_id} (deleted): {PROJECT_SOURCE_WORDS[source_type]}")
-        return DataSourceText(f"Project «{name}»: {PROJECT_SOURCE_WORDS[source_type]}{_aggregation_words(source)}",
-                              project_id)
+        words = PROJECT_SOURCE_WORDS[source_type]
+        if source_type == "project_pairs" and kind in KINDS and KINDS[kind].rows == "unpaired":
+            words = "unpaired (KTO) rows"
+        return DataSourceText(f"Project «{name}»: {words}{_aggregation_words(source)}", project_id)
     if source_type == EXTERNAL_KIND:
         project_id = source.get("project_id")
         if project_id is None:

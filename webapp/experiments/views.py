@@ -182,7 +182,7 @@ def _run_context(run: Run, step: int | None = None, resume: str = "") -> dict:
     steps, chosen, samples = selectors.samples_at(run=run, step=step)
     return {
         "run": run,
-        "data_source": selectors.data_source_text(run.data_source),
+        "data_source": selectors.data_source_text(run.data_source, kind=run.kind),
         "processes": selectors.run_nodes_text(run),
         "checkpoints": selectors.run_checkpoints_sized(run=run),
         "resume_plan": _resume_plan(run, resume),

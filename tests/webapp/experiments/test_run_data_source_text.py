@@ -19,6 +19,8 @@ def test_each_kind_of_source_reads_as_words():
     assert data_source_text({"type": "arithmetic", "level": 2, "size": 1}).text == "Arithmetic, level 2, 1 problem"
     pairs = data_source_text({"type": "project_pairs", "project_id": project.pk})
     assert (pairs.text, pairs.project_id) == ("Project «Demo «ranks»»: preference pairs", project.pk)
+    kto = data_source_text({"type": "project_pairs", "project_id": project.pk, "aggregation": "majority"}, kind="kto")
+    assert kto.text == "Project «Demo «ranks»»: unpaired (KTO) rows, aggregation: majority"
     prompts = data_source_text({"type": "project_prompts", "project_id": project.pk})
     assert prompts.text == "Project «Demo «ranks»»: prompts"
     gone = data_source_text({"type": "project_prompts", "project_id": 999_999})
