@@ -104,7 +104,7 @@ class Command(BaseCommand):
 
     def _summary(self, addrport: str, log_dir: Path, waiting: list[str]) -> str:
         rule = "─" * 72
-        lines = [rule, self.style.SUCCESS(f"  Preflab is running at http://{addrport}/   (Ctrl-C stops it)")]
+        lines = [rule, self.style.SUCCESS(f"  Preflab is running at http://{addrport}/   ({how_to_stop()})")]
         accounts = demo_accounts_file()
         if accounts.is_file():
             lines.append("  Demo accounts (as created; change them at /accounts/password/):")
@@ -117,6 +117,14 @@ class Command(BaseCommand):
                                             " (see its log)"))
         lines += ["  Only warnings and errors are shown below.", rule]
         return "\n".join(lines)
+
+
+def how_to_stop() -> str:
+    """What stops this process: Ctrl-C, unless it was started in the background of a script, where SIGINT is ignored
+    (POSIX, inherited through exec) and only SIGTERM is heard."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        return f"started with Ctrl-C ignored, as a background job: `kill {os.getpid()}` stops it"
+    return "Ctrl-C stops it"
 
 
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
