@@ -79,6 +79,8 @@ class ConfigError(ValueError):
 
 # Run alerts (raised by the web app from the logged metrics); the online kinds can set their own.
 DEFAULT_ALERT_KL_ABOVE = 1.0
+# a whole completion's KL (KTO's estimate): nats summed over its tokens
+KTO_DEFAULT_ALERT_KL_ABOVE = 10.0
 DEFAULT_ALERT_ENTROPY_BELOW = 0.05
 
 
@@ -337,6 +339,14 @@ class KTOConfig(ReferenceConfig):
         "optimisation",
     )
     undesirable_weight: float = _option(1.0, "Weight of the losses of undesirable (thumbs-down) rows.", "optimisation")
+    # KTO's "kl" is a whole completion's log-ratio (summed over its tokens), where the online kinds log a per-token
+    # mean: the alert's default is on that scale, or a normal run would be flagged
+    alert_kl_above: float = _option(
+        KTO_DEFAULT_ALERT_KL_ABOVE,
+        "Flag the run (on its page) when KTO's KL estimate (the policy's log-ratio to the reference on mismatched "
+        "completions, summed over a completion's tokens) rises above this. 0 turns the alert off.",
+        "logging",
+    )
     share_prefix: bool = _option(
         True,
         "In the reference's forward, pack each row's sequence and its KL sequence (its prompt with another row's "
@@ -347,7 +357,7 @@ class KTOConfig(ReferenceConfig):
 
     def validate(self) -> None:
         super().validate()
-        _non_negative(self, "desirable_weight", "undesirable_weight")
+        _non_negative(self, "desirable_weight", "undesirable_weight", "alert_kl_above")
         if not self.desirable_weight and not self.undesirable_weight:
             raise ConfigError("desirable_weight", "desirable_weight and undesirable_weight are both 0: nothing to learn")
         if self.batch_size // (self.grad_accum_steps * self.num_processes) < 2:

@@ -169,3 +169,14 @@ def test_a_new_runs_leftover_output_directory_is_moved_aside_not_counted(tiny_mo
     assert not (settings.RUNS_DIR / str(second.pk)).exists()
     aside = [path for path in set(settings.RUNS_DIR.iterdir()) - earlier if path.name.startswith(f"{second.pk}.stale-")]
     assert len(aside) == 1 and (aside[0] / "checkpoints" / "step-3").is_dir()
+
+
+def test_a_kto_runs_kl_alert_is_on_the_scale_of_a_whole_completions_kl(tiny_model, researcher, queued):
+    config = {"model": tiny_model.path, "batch_size": 2, "max_steps": 4}
+    run = services.run_create(kind="kto", config=config, data_source=ARITHMETIC, created_by=researcher, name="kto")
+    assert run.config["alert_kl_above"] == 10.0
+    for step, kl in ((1, 1.52), (2, 12.0)):  # 1.52: a normal KTO step (the walk's), above the online kinds' 1.0
+        services.metric_rows_write(run_id=run.pk, rows=[
+            {"step": step, "wall_time": 0.0, "tokens_seen": 0, "metrics": {"kl": kl}}])
+    run.refresh_from_db()
+    assert [(alert["kind"], alert["step"]) for alert in run.alerts] == [("kl_high", 2)]
