@@ -5,7 +5,7 @@ from django.contrib.auth.models import User
 from webapp.accounts.services import user_create
 from webapp.annotation import services
 from webapp.annotation.importing import ImportRecord
-from webapp.annotation.models import Project
+from webapp.annotation.models import Project, Prompt, Response, Round
 
 
 def make_project(
@@ -68,3 +68,14 @@ def make_disputed_project(*, owner: User | None = None) -> Project:
             services.ranking_submit(assignment_id=lease.pk, annotator=annotator,
                                     tiers=[[ids[text] for text in tier] for tier in tiers])
     return project
+
+
+def add_round(project: Project, model: str, texts_per_prompt: dict[str, list[str]], **kwargs) -> Round:
+    """A sampled round of `model` adding these texts to the prompts named by external id, as a sampling job does."""
+    round_ = services.round_create(project=project, source=Round.Source.SAMPLED, model=model,
+                                   responses_per_prompt=2, **kwargs)
+    for external_id, texts in texts_per_prompt.items():
+        prompt = Prompt.objects.get(project=project, external_id=external_id)
+        services.round_responses_add(round_id=round_.pk, prompt_id=prompt.pk, texts=texts,
+                                     source=Response.Source.MODEL, source_detail={"model": model})
+    return round_

@@ -9,7 +9,7 @@ import time
 import pytest
 from django.core.exceptions import ValidationError
 
-from tests.webapp.annotation.factories import make_annotators
+from tests.webapp.annotation.factories import add_round, make_annotators
 from webapp.annotation import selectors, services, winrates
 from webapp.annotation.importing import ImportRecord
 from webapp.annotation.models import Project, Prompt, Response, Round, SamplingJob
@@ -23,16 +23,6 @@ def _pairwise_project(owner=None, *, prompts: int = 2) -> Project:
     services.prompts_import(project=project, records=[
         ImportRecord(line=index + 1, external_id=f"p{index}", text=f"Question {index}?") for index in range(prompts)])
     return project
-
-
-def _round(project: Project, model: str, texts_per_prompt: dict[str, list[str]], **kwargs) -> Round:
-    round_ = services.round_create(project=project, source=Round.Source.SAMPLED, model=model,
-                                   responses_per_prompt=2, **kwargs)
-    for external_id, texts in texts_per_prompt.items():
-        prompt = Prompt.objects.get(project=project, external_id=external_id)
-        services.round_responses_add(round_id=round_.pk, prompt_id=prompt.pk, texts=texts,
-                                     source=Response.Source.MODEL, source_detail={"model": model})
-    return round_
 
 
 def _rank_all(project: Project, annotator, prefer) -> int:
@@ -55,14 +45,14 @@ def test_a_first_round_fills_the_prompts_and_a_second_makes_new_items_beside_the
     project = _pairwise_project()
     (annotator,) = make_annotators(1)
     project.members.add(annotator)
-    first = _round(project, "base", {"p0": ["b0", "b1"], "p1": ["b2", "b3"]})
+    first = add_round(project, "base", {"p0": ["b0", "b1"], "p1": ["b2", "b3"]})
     assert first.number == 1 and first.compared_with is None
     assert set(Prompt.objects.filter(project=project).values_list("round", flat=True)) == {first.pk}
     # round 1 ranked: "b1" and "b2" preferred
     assert _rank_all(project, annotator, lambda shown: next(r for r in shown if r.text in ("b1", "b2"))) == 2
     ranked_before = {p.pk: list(p.responses.values_list("pk", "text")) for p in Prompt.objects.filter(project=project)}
 
-    second = _round(project, "dpo step 2", {"p0": ["d0", "d1"], "p1": ["d2", "d3"]})
+    second = add_round(project, "dpo step 2", {"p0": ["d0", "d1"], "p1": ["d2", "d3"]})
     assert second.number == 2 and second.compared_with == first
 
     # the answered items are as they were; each new item: a copy of the best-ranked, then one new response
@@ -87,9 +77,9 @@ def test_the_win_rate_of_a_round_over_the_one_it_is_compared_with(researcher_cli
     project = _pairwise_project(owner=researcher)
     (annotator,) = make_annotators(1)
     project.members.add(annotator)
-    first = _round(project, "base", {"p0": ["b0", "b1"], "p1": ["b2", "b3"]})
+    first = add_round(project, "base", {"p0": ["b0", "b1"], "p1": ["b2", "b3"]})
     _rank_all(project, annotator, lambda shown: shown[0])
-    second = _round(project, "dpo", {"p0": ["d0", "d1"], "p1": ["d2", "d3"]})
+    second = add_round(project, "dpo", {"p0": ["d0", "d1"], "p1": ["d2", "d3"]})
     # new wins on three items, loses on one (d3); a tie would count half
     assert _rank_all(project, annotator, lambda shown: (
         next(r for r in shown if r.copy_of_id) if any(r.text == "d3" for r in shown) else _new_one(shown))) == 4
@@ -125,9 +115,9 @@ def test_pairs_and_exports_name_both_rounds_and_models(researcher_client, resear
     project = _pairwise_project(owner=researcher, prompts=1)
     (annotator,) = make_annotators(1)
     project.members.add(annotator)
-    _round(project, "base", {"p0": ["b0", "b1"]})
+    add_round(project, "base", {"p0": ["b0", "b1"]})
     _rank_all(project, annotator, lambda shown: shown[0])
-    _round(project, "dpo", {"p0": ["d0", "d1"]})
+    add_round(project, "dpo", {"p0": ["d0", "d1"]})
     _rank_all(project, annotator, _new_one)
     rows = list(selectors.pair_rows(project_id=project.pk))
     assert [(row["chosen_round"], row["rejected_round"]) for row in rows] == [(1, 1), (2, 1), (2, 1)]
@@ -147,12 +137,12 @@ def test_pairs_and_exports_name_both_rounds_and_models(researcher_client, resear
 
 def test_a_round_compared_with_none_sets_new_responses_beside_the_prompts_own_best():
     project = _pairwise_project(prompts=1)
-    first = _round(project, "base", {"p0": ["b0", "b1"]})
+    first = add_round(project, "base", {"p0": ["b0", "b1"]})
     # nobody was given the item yet: more of the same round join it
     more = services.round_responses_add(round_id=first.pk, prompt_id=project.prompts.get().pk, texts=["b2"],
                                         source=Response.Source.MODEL, source_detail={})
     assert more[0].prompt.external_id == "p0" and project.prompts.get().response_count == 3
-    other = _round(project, "other", {"p0": ["o0"]}, compared_with=None)
+    other = add_round(project, "other", {"p0": ["o0"]}, compared_with=None)
     item = Prompt.objects.get(round=other)
     assert [r.text for r in item.responses.order_by("id")] == ["b0", "o0"]
     elsewhere = services.project_create(name="Other", responses_per_item=2)
@@ -178,7 +168,7 @@ def test_sampling_k_on_a_project_holding_k_adds_a_round_on_a_real_worker(
     """Issue 29: asking for 2 responses on a project that has 2 gave "succeeded, 0 / 0 prompts"."""
     settings.MODEL_ROOTS = [tiny_model_dir.parent]
     project = _pairwise_project(owner=researcher, prompts=2)
-    first = _round(project, "imported", {"p0": ["a", "b"], "p1": ["c", "d"]})
+    first = add_round(project, "imported", {"p0": ["a", "b"], "p1": ["c", "d"]})
     celery_worker_factory(queues=("gpu",), PREFLAB_MODEL_ROOTS=str(tiny_model_dir.parent), OMP_NUM_THREADS="1")
     job = services.sampling_job_create(
         project=project, model_path=str(tiny_model_dir), created_by=researcher,

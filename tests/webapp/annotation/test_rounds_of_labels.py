@@ -4,10 +4,10 @@ new response wins where its thumb or rating is above the copy's, ties count half
 
 import pytest
 
-from tests.webapp.annotation.factories import make_annotators
+from tests.webapp.annotation.factories import add_round, make_annotators
 from webapp.annotation import selectors, services
 from webapp.annotation.importing import ImportRecord
-from webapp.annotation.models import Project, Prompt, Response, Round
+from webapp.annotation.models import Project, Prompt
 
 pytestmark = pytest.mark.django_db
 
@@ -18,15 +18,6 @@ def _project(mode: str) -> Project:
     services.prompts_import(project=project, records=[
         ImportRecord(line=index + 1, external_id=f"p{index}", text=f"Question {index}?") for index in range(2)])
     return project
-
-
-def _round(project: Project, model: str, texts_per_prompt: dict[str, list[str]]) -> Round:
-    round_ = services.round_create(project=project, source=Round.Source.SAMPLED, model=model, responses_per_prompt=2)
-    for external_id, texts in texts_per_prompt.items():
-        prompt = Prompt.objects.get(project=project, external_id=external_id)
-        services.round_responses_add(round_id=round_.pk, prompt_id=prompt.pk, texts=texts,
-                                     source=Response.Source.MODEL, source_detail={"model": model})
-    return round_
 
 
 def _label_all(project: Project, annotator, value_of) -> int:
@@ -51,10 +42,10 @@ def test_a_second_round_of_labels_is_set_beside_the_best_labelled_and_has_a_win_
     project = _project(mode)
     (annotator,) = make_annotators(1)
     project.members.add(annotator)
-    first = _round(project, "base", {"p0": ["b0", "b1"], "p1": ["b2", "b3"]})
+    first = add_round(project, "base", {"p0": ["b0", "b1"], "p1": ["b2", "b3"]})
     assert _label_all(project, annotator, lambda response: first_round[response.text]) == 2
 
-    second = _round(project, "kto", {"p0": ["d0", "d1"], "p1": ["d2", "d3"]})
+    second = add_round(project, "kto", {"p0": ["d0", "d1"], "p1": ["d2", "d3"]})
     items = Prompt.objects.filter(project=project, round=second).order_by("id")
     # each new item holds a copy of round 1's better-labelled response to its prompt (b1, b2) beside a new one
     assert [[r.text for r in item.responses.order_by("id")] for item in items] == [
