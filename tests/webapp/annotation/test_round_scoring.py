@@ -9,8 +9,8 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
-from tests.webapp.annotation.factories import make_annotators
-from tests.webapp.annotation.test_rounds import _new_one, _pairwise_project, _rank_all, _round
+from tests.webapp.annotation.factories import add_round, make_annotators
+from tests.webapp.annotation.test_rounds import _new_one, _pairwise_project, _rank_all
 from tests.webapp.experiments.helpers import wait_for
 from webapp.annotation import selectors, services, winrates
 from webapp.annotation.models import PreferencePair, Prompt, Response, RewardScore, Round, RoundScoring
@@ -42,9 +42,9 @@ def _ranked_rounds(owner):
     project = _pairwise_project(owner=owner)
     (annotator,) = make_annotators(1)
     project.members.add(annotator)
-    _round(project, "base", {"p0": ["b0", "b1"], "p1": ["b2", "b3"]})
+    add_round(project, "base", {"p0": ["b0", "b1"], "p1": ["b2", "b3"]})
     _rank_all(project, annotator, lambda shown: shown[0])
-    second = _round(project, "dpo", {"p0": ["d0 is longer", "d1"], "p1": ["d2", "d3 is the longest one"]})
+    second = add_round(project, "dpo", {"p0": ["d0 is longer", "d1"], "p1": ["d2", "d3 is the longest one"]})
     _rank_all(project, annotator, lambda shown: (
         next(r for r in shown if r.copy_of_id) if any(r.text.startswith("d3") for r in shown) else _new_one(shown)))
     return project, second
@@ -115,7 +115,7 @@ def test_a_worker_scores_every_response_of_the_round_and_the_card_shows_the_rewa
 @pytest.mark.django_db
 def test_a_scoring_whose_worker_went_silent_is_failed_by_the_reconcile(researcher, reward_checkpoint):
     project = _pairwise_project(owner=researcher)
-    round_ = _round(project, "base", {"p0": ["b0", "b1"]})
+    round_ = add_round(project, "base", {"p0": ["b0", "b1"]})
     old = timezone.now() - timedelta(hours=1)
     scoring = RoundScoring.objects.create(round=round_, reward_run=_run(researcher, checkpoint=reward_checkpoint),
                                           checkpoint_path=str(reward_checkpoint), status=RoundScoring.Status.RUNNING,
@@ -130,7 +130,7 @@ def test_a_run_that_is_not_a_succeeded_reward_model_with_a_checkpoint_is_refused
     reward_checkpoint, researcher, researcher_client, tmp_path,
 ):
     project = _pairwise_project(owner=researcher)
-    round_ = _round(project, "base", {"p0": ["b0", "b1"]})
+    round_ = add_round(project, "base", {"p0": ["b0", "b1"]})
     refusals = {
         "is a SFT run, not a reward model": _run(researcher, kind="sft", checkpoint=reward_checkpoint),
         "is failed; only a succeeded run can score": _run(researcher, checkpoint=reward_checkpoint,
