@@ -28,6 +28,34 @@ class Project(models.Model):
     rating_aspects = models.JSONField(default=list, blank=True)
     rating_min = models.SmallIntegerField(default=1)
     rating_max = models.SmallIntegerField(default=5)
+
+    class SuggestionDisplay(models.TextChoices):
+        OFF = "off", "Not shown"
+        SHOWN = "shown", "Shown with the item"
+        AFTER_ANSWER = "after_answer", "Shown after the annotator answers"
+
+    class QueueOrder(models.TextChoices):
+        LEAST_ANNOTATED = "least_annotated", "Least-annotated first"
+        UNCERTAINTY = "uncertainty", "Least confident suggestion first"
+
+    # Machine suggestions (Suggestion rows): whether annotators see them, and when; the queue may put the items whose
+    # suggestion is least confident first (Label Studio's uncertainty sampling).
+    suggestions_display = models.CharField(max_length=16, choices=SuggestionDisplay.choices,
+                                           default=SuggestionDisplay.SHOWN)
+    queue_order = models.CharField(max_length=16, choices=QueueOrder.choices, default=QueueOrder.LEAST_ANNOTATED)
+    # Gold items (GoldAnswer) mixed into each annotator's queue: the share of their items that are gold, how many come
+    # first as onboarding, how many gold answers are needed before accuracy is judged, the accuracy below which an
+    # annotator is paused (0: never), and the seconds under which an answer counts as fast.
+    gold_rate = models.FloatField(default=0.0, help_text="Share of each annotator's items that are gold, 0 to 1.")
+    gold_onboarding = models.PositiveSmallIntegerField(default=0, help_text="Gold items given first.")
+    gold_min_answers = models.PositiveSmallIntegerField(default=5, help_text="Gold answers before accuracy counts.")
+    gold_min_accuracy = models.FloatField(default=0.0, help_text="Below it an annotator is paused; 0 never pauses.")
+    fast_answer_seconds = models.FloatField(default=3.0, help_text="Answers faster than this are counted as fast.")
+    # Adjudication: an item with at least this many answers whose agreement is below the threshold waits for a
+    # researcher's decision (Adjudication).
+    adjudication_min_answers = models.PositiveSmallIntegerField(default=2)
+    adjudication_threshold = models.FloatField(default=0.6, help_text="Agreement below it sends an item to "
+                                                                        "adjudication, 0 to 1.")
     # Who reaches the project (selectors.projects_visible_to): its owner, who created it (empty for a project made
     # before owners were recorded, or whose owner's account was removed), and its members: annotators annotate it,
     # researchers among them see and manage it as its owner does. Admins reach every project.
@@ -46,6 +74,13 @@ class Project(models.Model):
             models.CheckConstraint(condition=models.Q(lease_minutes__gte=1), name="project_lease_positive"),
             models.CheckConstraint(condition=models.Q(rating_max__gt=models.F("rating_min")),
                                    name="project_rating_scale_ordered"),
+            models.CheckConstraint(condition=models.Q(gold_rate__gte=0, gold_rate__lte=1), name="project_gold_rate_share"),
+            models.CheckConstraint(condition=models.Q(gold_min_accuracy__gte=0, gold_min_accuracy__lte=1),
+                                   name="project_gold_accuracy_share"),
+            models.CheckConstraint(condition=models.Q(adjudication_threshold__gte=0, adjudication_threshold__lte=1),
+                                   name="project_adjudication_threshold_share"),
+            models.CheckConstraint(condition=models.Q(adjudication_min_answers__gte=2),
+                                   name="project_adjudication_two_answers_or_more"),
         ]
 
     def __str__(self) -> str:
@@ -174,6 +209,11 @@ class Ranking(models.Model):
     skipped = models.BooleanField(default=False)
     rationale = models.TextField(blank=True)
     seconds_spent = models.FloatField(default=0.0)
+    # the machine suggestion the annotator accepted as this answer (a key), null when they answered themselves
+    suggestion = models.ForeignKey("Suggestion", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    # an answer of a paused annotator (AnnotatorPause): out of training data and exports' training rows until a
+    # researcher releases it
+    held_back = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -201,6 +241,8 @@ class ResponseLabel(models.Model):
     external_annotator = models.CharField(max_length=200, blank=True)
     aspect = models.CharField(max_length=100, blank=True)
     value = models.FloatField()
+    # the machine suggestion this label took its value from (accepted by a key), null when the annotator gave it
+    suggestion = models.ForeignKey("Suggestion", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -226,8 +268,11 @@ class Suggestion(models.Model):
     response = models.ForeignKey(Response, null=True, blank=True, on_delete=models.CASCADE, related_name="suggestions")
     question = models.CharField(max_length=200)
     value = models.JSONField()
+    # the confidence of a computed suggestion, 0 to 1 (an imported one keeps the file's score)
     score = models.FloatField(null=True, blank=True)
     agent = models.CharField(max_length=200, blank=True)
+    # the job that computed it (null when imported)
+    job = models.ForeignKey("SuggestionJob", null=True, blank=True, on_delete=models.CASCADE, related_name="suggestions")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -416,3 +461,95 @@ class RewardScore(models.Model):
 
     def __str__(self) -> str:
         return f"response {self.response_id}: {self.score:g}"
+
+
+class SuggestionJob(GpuJob):
+    """Machine suggestions for a round's items (or every open item of a project), computed on a GPU worker
+    (workers/suggesting.py): by a reward-model run's scores, or by a judge model comparing each two responses in
+    both orders. A judge's comparisons and how many of them the order decided are kept: its position bias."""
+
+    class Source(models.TextChoices):
+        REWARD_MODEL = "reward_model", "Reward model"
+        JUDGE = "judge", "Judge model"
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="suggestion_jobs")
+    round = models.ForeignKey(Round, null=True, blank=True, on_delete=models.CASCADE, related_name="suggestion_jobs")
+    source = models.CharField(max_length=16, choices=Source.choices)
+    reward_run = models.ForeignKey("experiments.Run", null=True, blank=True, on_delete=models.SET_NULL,
+                                   related_name="+")
+    # the reward model's checkpoint or the judge model's path or hub id, as it was when the job was made
+    model_path = models.CharField(max_length=1000)
+    # what its suggestions' `agent` says, e.g. "reward model run #12" or "judge SmolLM2-135M-Instruct"
+    agent = models.CharField(max_length=200)
+    judge_comparisons = models.PositiveIntegerField(default=0, help_text="Comparisons made in both orders.")
+    judge_order_decided = models.PositiveIntegerField(default=0, help_text="Of them, those whose two orders "
+                                                                           "disagreed: the position decided.")
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"suggestion job {self.pk} ({self.status})"
+
+    @property
+    def position_bias(self) -> float | None:
+        """The share of a judge's comparisons that the order of the two responses decided; None before any."""
+        return self.judge_order_decided / self.judge_comparisons if self.judge_comparisons else None
+
+
+class GoldAnswer(models.Model):
+    """An item marked gold by a researcher, with its right answer: `tiers` of response ids (ranking modes) or
+    `labels` {response id: {aspect: value}} (thumbs: aspect ""). Annotators' answers to it are checked against it."""
+
+    prompt = models.OneToOneField(Prompt, on_delete=models.CASCADE, related_name="gold")
+    tiers = models.JSONField(default=list, blank=True)
+    labels = models.JSONField(default=dict, blank=True)
+    explanation = models.TextField(blank=True, help_text="Shown to an annotator who answered it otherwise.")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"gold answer of prompt {self.prompt_id}"
+
+
+class AnnotatorPause(models.Model):
+    """An annotator paused in a project because their quality fell below its threshold: no more items, and their
+    answers held back (Ranking.held_back) until a researcher decides to release them (the annotator resumes) or to
+    drop them from training for good."""
+
+    class Decision(models.TextChoices):
+        PENDING = "pending", "Waiting for a researcher"
+        RELEASED = "released", "Answers released, annotator resumed"
+        DROPPED = "dropped", "Answers kept out of training"
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="pauses")
+    annotator = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    reason = models.TextField()
+    decision = models.CharField(max_length=16, choices=Decision.choices, default=Decision.PENDING)
+    decided_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
+                                   related_name="+")
+    decided_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [models.UniqueConstraint(fields=["project", "annotator"], condition=models.Q(decision="pending"),
+                                               name="one_pending_pause_per_annotator")]
+
+    def __str__(self) -> str:
+        return f"pause of {self.annotator_id} in project {self.project_id} ({self.decision})"
+
+
+class Adjudication(models.Model):
+    """A researcher's decision on an item whose annotators disagreed: the answer that stands (`tiers` of response
+    ids, or `labels` {response id: {aspect: value}}) and why. Its item's training rows are the decided answer's."""
+
+    prompt = models.OneToOneField(Prompt, on_delete=models.CASCADE, related_name="adjudication")
+    tiers = models.JSONField(default=list, blank=True)
+    labels = models.JSONField(default=dict, blank=True)
+    reason = models.TextField()
+    decided_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
+    decided_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"adjudication of prompt {self.prompt_id}"

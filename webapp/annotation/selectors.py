@@ -260,7 +260,8 @@ def response_texts(*, prompt_id: int) -> dict[int, str]:
 def rankings_with_pairs(*, project_id: int) -> QuerySet[Ranking]:
     """The project's rankings that can yield pairs, oldest first: a skip ranks nothing, and an all-bad answer is one
     tier (no pair either way; these are left out only to spare the work)."""
-    return Ranking.objects.filter(prompt__project_id=project_id, skipped=False, all_bad=False).order_by("id")
+    return Ranking.objects.filter(prompt__project_id=project_id, skipped=False, all_bad=False,
+                                  held_back=False).order_by("id")
 
 
 @dataclass(frozen=True)
@@ -367,6 +368,7 @@ def _exportable_pairs(project_id: int) -> QuerySet[PreferencePair]:
     # Pairs stored before empty responses were left out of pairs may still hold one: never export them.
     return (
         PreferencePair.objects.filter(project_id=project_id)
+        .exclude(ranking__held_back=True)
         .exclude(chosen__text__regex=LEFT_OUT_TEXT_REGEX)
         .exclude(rejected__text__regex=LEFT_OUT_TEXT_REGEX)
         .order_by("id")
@@ -493,8 +495,8 @@ def preference_pairs_for_training(*, project_id: int, strategy: str = "all", agg
 
 # Thumbs and ratings as training data (the rules: webapp.annotation.feedback) -----------------------------------
 
-# Labels that count: imported ones, and those of answers that were not skips.
-_COUNTED_LABELS = Q(ranking__isnull=True) | Q(ranking__skipped=False)
+# Labels that count: imported ones, and those of answers that were neither skips nor held back (a paused annotator's).
+_COUNTED_LABELS = Q(ranking__isnull=True) | Q(ranking__skipped=False, ranking__held_back=False)
 # Prompts handled at a time when deriving rows from labels: one query each for their texts, not one per prompt.
 _LABEL_PROMPT_BATCH = 500
 
