@@ -10,16 +10,18 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.db.models import Count, Exists, OuterRef, Prefetch, Q, QuerySet
+from django.db.models import Count, Exists, Max, OuterRef, Prefetch, Q, QuerySet
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from webapp.accounts.roles import is_admin, is_researcher
-from webapp.annotation import agreement, feedback, winrates
+from webapp.annotation import agreement, feedback, gold, winrates
 from webapp.annotation.aggregation import aggregate_pairs, aggregation_annotator
 from webapp.annotation.exporting import conversational_rows, conversational_unpaired_rows
 from webapp.annotation.models import (
+    AnnotatorPause,
     Assignment,
+    GoldAnswer,
     ImportJob,
     PreferencePair,
     Project,
@@ -91,6 +93,23 @@ def item_responses_shown(prompt: Prompt, *, project: Project, annotator: Abstrac
 # Progress and agreement -------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class GoldAccuracy:
+    """An annotator's gold answers judged (since their last release) and the decisions of them they matched."""
+
+    answers: int
+    matched: int
+    decisions: int
+
+    @property
+    def share(self) -> float | None:
+        return self.matched / self.decisions if self.decisions else None
+
+    def __str__(self) -> str:
+        share = f"{self.share:.0%}" if self.share is not None else "—"
+        return f"{share} ({self.matched} of {counted(self.decisions, 'decision')}, {counted(self.answers, 'gold item')})"
+
+
 @dataclass
 class AnnotatorRow:
     username: str
@@ -99,6 +118,11 @@ class AnnotatorRow:
     median_seconds: float | None
     agreement_with_majority: float | None
     all_bad: int = 0
+    # quality (gold items, pace, pause): accuracy on gold since their last release, the share of answers given
+    # faster than the project's fast_answer_seconds, and their pause's decision if one holds them ("" when none)
+    gold: GoldAccuracy | None = None
+    fast_share: float | None = None
+    paused: str = ""
 
 
 @dataclass
@@ -165,19 +189,25 @@ def project_progress(project: Project) -> ProjectProgress:
 
 
 def annotator_rows(project: Project, *, shared: list[dict[str, list[list[int]]]] | None = None) -> list[AnnotatorRow]:
-    """Per annotator of the project: answers, skips, all-bad answers, median time, agreement with the majority."""
+    """Per annotator of the project: answers, skips, all-bad answers, median time, share of fast answers, agreement
+    with the majority, accuracy on gold and whether a pause holds them."""
     majority = agreement.agreement_with_majority(item_rankings(project) if shared is None else shared)
     seconds: dict[str, list[float]] = defaultdict(list)
     skips: dict[str, int] = defaultdict(int)
     all_bad: dict[str, int] = defaultdict(int)
-    for username, skipped, bad, spent in Ranking.objects.filter(prompt__project=project).values_list(
-        "annotator__username", "skipped", "all_bad", "seconds_spent"
+    ids: dict[str, int] = {}
+    for annotator_id, username, skipped, bad, spent in Ranking.objects.filter(prompt__project=project).values_list(
+        "annotator_id", "annotator__username", "skipped", "all_bad", "seconds_spent"
     ):
+        ids[username] = annotator_id
         if skipped:
             skips[username] += 1
         else:
             seconds[username].append(spent)
             all_bad[username] += bad
+    accuracies = gold_accuracies(project)
+    paused = dict(AnnotatorPause.objects.filter(project=project).exclude(decision=AnnotatorPause.Decision.RELEASED)
+                  .values_list("annotator_id", "decision"))
     return [
         AnnotatorRow(
             username=username,
@@ -186,9 +216,82 @@ def annotator_rows(project: Project, *, shared: list[dict[str, list[list[int]]]]
             median_seconds=statistics.median(seconds[username]) if seconds[username] else None,
             agreement_with_majority=majority.get(username),
             all_bad=all_bad[username],
+            gold=accuracies.get(ids[username]),
+            fast_share=(sum(spent < project.fast_answer_seconds for spent in seconds[username]) / len(seconds[username])
+                        if seconds[username] else None),
+            paused=paused.get(ids[username], ""),
         )
         for username in sorted(seconds.keys() | skips.keys())
     ]
+
+
+# Gold items and annotators' quality (the rules: webapp.annotation.gold) ------------------------------------
+
+
+def gold_responses(prompt: Prompt) -> list[int]:
+    """The response ids a gold answer places, in the item page's order (R1, also called A, first): those an
+    annotator is shown (`responses_shown`, before each annotator's own shuffle)."""
+    count = annotation_mode(prompt.project.mode).responses_shown(prompt.project.responses_per_item)
+    return list(prompt.responses.order_by("id").values_list("id", flat=True)[:count])
+
+
+def gold_count(project: Project) -> int:
+    return GoldAnswer.objects.filter(prompt__project=project).count()
+
+
+def _last_releases(project: Project) -> dict[int, object]:
+    """annotator id -> when a researcher last released them: gold answers before it are not judged again."""
+    return dict(AnnotatorPause.objects.filter(project=project, decision=AnnotatorPause.Decision.RELEASED)
+                .values("annotator_id").annotate(last=Max("decided_at")).values_list("annotator_id", "last"))
+
+
+def gold_accuracies(project: Project, *, annotator_id: int | None = None) -> dict[int, GoldAccuracy]:
+    """annotator id -> their accuracy on the gold items they answered (skips aside) since their last release."""
+    golds = {answer.prompt_id: answer for answer in GoldAnswer.objects.filter(prompt__project=project)}
+    if not golds:
+        return {}
+    answers = Ranking.objects.filter(prompt_id__in=golds, skipped=False).prefetch_related("labels").order_by("id")
+    if annotator_id is not None:
+        answers = answers.filter(annotator_id=annotator_id)
+    released = _last_releases(project)
+    gives_labels = annotation_mode(project.mode).gives_labels
+    tolerance = gold.RATING_TOLERANCE if project.mode == Project.Mode.RATINGS else 0.0
+    judged: dict[int, list[gold.Decisions]] = defaultdict(list)
+    for answer in answers:
+        since = released.get(answer.annotator_id)
+        if since is not None and answer.created_at <= since:
+            continue
+        right = golds[answer.prompt_id]
+        if gives_labels:
+            given: Labels = defaultdict(dict)
+            for label in answer.labels.all():
+                given[label.response_id][label.aspect] = label.value
+            decisions = gold.label_decisions(gold.labels_from_json(right.labels), given, tolerance=tolerance)
+        else:
+            decisions = gold.tier_decisions(right.tiers, answer.tiers)
+        judged[answer.annotator_id].append(decisions)
+    return {annotator: GoldAccuracy(answers=len(decisions), matched=sum(d.matched for d in decisions),
+                                    decisions=sum(d.total for d in decisions))
+            for annotator, decisions in judged.items()}
+
+
+def annotator_pause_blocking(*, project: Project, annotator: AbstractBaseUser) -> AnnotatorPause | None:
+    """The pause that keeps the annotator from new items: one waiting for a researcher, or one whose answers were
+    dropped (a released pause no longer holds them)."""
+    return (AnnotatorPause.objects.filter(project=project, annotator=annotator)
+            .exclude(decision=AnnotatorPause.Decision.RELEASED).order_by("-created_at", "-id").first())
+
+
+def annotator_latest_pause(*, project: Project, annotator: AbstractBaseUser) -> AnnotatorPause | None:
+    """What the annotate page tells an annotator of their quality: their latest pause, with its reason and decision."""
+    return (AnnotatorPause.objects.filter(project=project, annotator=annotator).select_related("decided_by")
+            .order_by("-created_at", "-id").first())
+
+
+def project_pauses(project: Project) -> list[AnnotatorPause]:
+    """The project's pauses, those waiting for a decision first, then the latest."""
+    pauses = AnnotatorPause.objects.filter(project=project).select_related("annotator", "decided_by")
+    return sorted(pauses, key=lambda pause: (pause.decision != AnnotatorPause.Decision.PENDING, -pause.pk))
 
 
 @dataclass(frozen=True)
@@ -451,12 +554,14 @@ def ranking_count(*, project_id: int) -> int:
 
 def ranking_rows(*, project_id: int) -> Iterator[dict]:
     """The raw answers: tiers of response texts (best first) with ids, or in the thumbs and ratings modes their
-    labels (tiers empty), with flags, rationale and time."""
+    labels (tiers empty), with flags, rationale and time; `held_back` for a paused annotator's answer (out of
+    training rows), `gold` for an answer to a gold item."""
     rankings = (
         Ranking.objects.filter(prompt__project_id=project_id).select_related("prompt", "annotator").order_by("id")
         .prefetch_related(Prefetch("labels", queryset=ResponseLabel.objects.order_by("id")))
     )
     chat_sampled = chat_sampled_prompt_ids(project_id=project_id)
+    gold_items = set(GoldAnswer.objects.filter(prompt__project_id=project_id).values_list("prompt_id", flat=True))
     for ranking in rankings.iterator(chunk_size=500):
         texts = dict(ranking.prompt.responses.values_list("id", "text"))
         yield {
@@ -473,6 +578,8 @@ def ranking_rows(*, project_id: int) -> Iterator[dict]:
             "rationale": ranking.rationale,
             "seconds_spent": ranking.seconds_spent,
             "created_at": ranking.created_at.isoformat(),
+            "held_back": ranking.held_back,
+            "gold": ranking.prompt_id in gold_items,
         }
 
 
@@ -732,9 +839,13 @@ def prompts_to_sample_for_round(*, round_id: int) -> list[Prompt]:
 def projects_for_training(user: AbstractBaseUser) -> list[tuple[int, str, str, int]]:
     """(id, name, what feedback it holds in words, prompt_count) of the projects `user` reaches, for the launch
     form's data-source menu: a ranking project's stored pairs, a thumbs or ratings project's labelled responses."""
+    # a paused annotator's held-back answers give no training rows, so the menu does not count them
     projects = projects_visible_to(user).annotate(
-        pair_count=Count("pairs", distinct=True), prompt_count=Count("prompts", distinct=True),
-        labelled_count=Count("labels__response", distinct=True),
+        pair_count=Count("pairs", filter=Q(pairs__ranking__isnull=True) | Q(pairs__ranking__held_back=False),
+                         distinct=True),
+        prompt_count=Count("prompts", distinct=True),
+        labelled_count=Count("labels__response", filter=Q(labels__ranking__isnull=True)
+                             | Q(labels__ranking__held_back=False, labels__ranking__skipped=False), distinct=True),
     ).order_by("name")
     return [(p.pk, p.name, _feedback_held(p), p.prompt_count) for p in projects]
 

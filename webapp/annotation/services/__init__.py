@@ -34,8 +34,16 @@ from webapp.annotation.services.projects import (
     rating_aspects_check,
     rating_scale_check,
 )
+from webapp.annotation.services.quality import (
+    annotator_pause_decide,
+    annotator_quality_check,
+    gold_answer_from_ranking,
+    gold_answer_remove,
+    gold_answer_set,
+)
 from webapp.annotation.services.queue import (
     assignment_lease_next,
+    gold_is_due,
 )
 from webapp.annotation.services.rankings import (
     RATIONALE_MAX_CHARS,
@@ -98,7 +106,13 @@ __all__ = [
     "import_jobs_requeue_lost",
     "prompts_import",
     "responses_add",
+    "annotator_pause_decide",
+    "annotator_quality_check",
+    "gold_answer_from_ranking",
+    "gold_answer_remove",
+    "gold_answer_set",
     "assignment_lease_next",
+    "gold_is_due",
     "RATIONALE_MAX_CHARS",
     "preference_pairs_rebuild",
     "ranking_skip",

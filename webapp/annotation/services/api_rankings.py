@@ -11,7 +11,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from webapp.annotation.models import Assignment, Prompt, Ranking
+from webapp.annotation.models import Assignment, GoldAnswer, Prompt, Ranking
 from webapp.annotation.modes.base import Labels
 from webapp.annotation.selectors import answer_labels
 from webapp.annotation.services.queue import _others_holding
@@ -46,7 +46,8 @@ def _lease_for_api(prompt: Prompt, annotator: AbstractBaseUser) -> Assignment:
     if prompt.response_count < 2:
         raise ValidationError(f"item {prompt.pk} has {prompt.response_count} response(s); ranking needs two or more")
     now = timezone.now()
-    if prompt.ranking_count + _others_holding(prompt, annotator, now) >= project.annotators_per_item:
+    overlap_met = prompt.ranking_count + _others_holding(prompt, annotator, now) >= project.annotators_per_item
+    if overlap_met and not GoldAnswer.objects.filter(prompt=prompt).exists():  # every annotator answers a gold item
         raise ValidationError(f"item {prompt.pk} has all the rankings it needs ({project.annotators_per_item} "
                               "per item, counting others' current leases)")
     assignment, _ = Assignment.objects.update_or_create(

@@ -7,6 +7,7 @@ writers instead) and counts again after locking; `ranking_submit` (services.rank
 checks the overlap once more, since a lease may have expired and been handed to someone else meanwhile.
 """
 
+import math
 from datetime import timedelta
 
 from django.contrib.auth.models import AbstractBaseUser
@@ -17,6 +18,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from webapp.annotation.models import Assignment, Project, Prompt, Ranking
+from webapp.annotation.selectors import annotator_pause_blocking
 
 _LEASE_ATTEMPTS = 20
 
@@ -43,9 +45,12 @@ def _others_holding(prompt: Prompt, annotator: AbstractBaseUser, now) -> int:
 
 
 def assignment_lease_next(*, project: Project, annotator: AbstractBaseUser) -> Assignment | None:
-    """The annotator's current lease in `project`, else a new lease on the least-annotated open item."""
+    """The annotator's current lease in `project`, else nothing while a pause holds them, else a gold item when one
+    is due (`gold_is_due`), else a new lease on the least-annotated open item."""
     now = timezone.now()
     overlap = project.annotators_per_item
+    if annotator_pause_blocking(project=project, annotator=annotator) is not None:
+        return None
     with transaction.atomic():
         current = (
             Assignment.objects.filter(
@@ -60,11 +65,15 @@ def assignment_lease_next(*, project: Project, annotator: AbstractBaseUser) -> A
         # Every answer (ranking or skip) is a Ranking row, kept while its item is reopened, so an item whose
         # reopened lease ran out is not offered to its annotator again as a new one.
         finished = Ranking.objects.filter(annotator=annotator, prompt__project=project)
+        gold = _gold_item_due(project, finished)
+        if gold is not None:
+            return _lease(gold, annotator, project, now)
         refused: list[int] = []
         for _ in range(_LEASE_ATTEMPTS):
             prompt = (
                 Prompt.objects.filter(
-                    project=project, annotatable=True, response_count__gte=2, ranking_count__lt=overlap
+                    project=project, annotatable=True, response_count__gte=2, ranking_count__lt=overlap,
+                    gold__isnull=True,
                 )
                 .exclude(pk__in=finished.values("prompt_id"))
                 .exclude(pk__in=refused)
@@ -81,17 +90,47 @@ def assignment_lease_next(*, project: Project, annotator: AbstractBaseUser) -> A
             if prompt.ranking_count + _others_holding(prompt, annotator, now) >= overlap:
                 refused.append(prompt.pk)
                 continue
-            assignment, _ = Assignment.objects.update_or_create(
-                prompt=prompt,
-                annotator=annotator,
-                defaults={
-                    "status": Assignment.Status.LEASED,
-                    "leased_at": now,
-                    "expires_at": now + timedelta(minutes=project.lease_minutes),
-                },
-            )
-            return assignment
+            return _lease(prompt, annotator, project, now)
     return None
+
+
+def _lease(prompt: Prompt, annotator: AbstractBaseUser, project: Project, now) -> Assignment:
+    assignment, _ = Assignment.objects.update_or_create(
+        prompt=prompt,
+        annotator=annotator,
+        defaults={
+            "status": Assignment.Status.LEASED,
+            "leased_at": now,
+            "expires_at": now + timedelta(minutes=project.lease_minutes),
+        },
+    )
+    return assignment
+
+
+def gold_is_due(item_number: int, *, onboarding: int, rate: float) -> bool:
+    """Whether an annotator's `item_number`-th item in a project (1 for their first; answers and skips both count)
+    is a gold one: the first `onboarding` are, then one whenever ⌊k·rate⌋ grows, so a rate of 0.1 makes every tenth
+    item gold. It depends on k alone, so the same annotator sees the same mix on any replay; an empty normal queue
+    does not bring gold forward (gold checks work, it is not work of its own)."""
+    if item_number <= onboarding:
+        return True
+    return math.floor(item_number * rate + 1e-9) > math.floor((item_number - 1) * rate + 1e-9)
+
+
+def _gold_item_due(project: Project, finished) -> Prompt | None:
+    """The gold item to lease next when one is due (`gold_is_due`): the oldest gold item the annotator has not
+    answered or skipped. Gold items are given to every annotator, outside the overlap, and never by the normal
+    queue; when none is left for them, the due place goes to a normal item."""
+    if not project.gold_onboarding and not project.gold_rate:
+        return None
+    if not gold_is_due(finished.count() + 1, onboarding=project.gold_onboarding, rate=project.gold_rate):
+        return None
+    return (
+        Prompt.objects.filter(project=project, annotatable=True, response_count__gte=2, gold__isnull=False)
+        .exclude(pk__in=finished.values("prompt_id"))
+        .order_by("id")
+        .first()
+    )
 
 
 def _locked_assignment(assignment_id: int, annotator: AbstractBaseUser) -> tuple[Assignment, Prompt]:

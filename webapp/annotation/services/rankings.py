@@ -14,11 +14,25 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from webapp.annotation.models import Assignment, PreferencePair, Project, Prompt, Ranking, ResponseLabel
+from webapp.annotation.models import (
+    Assignment,
+    GoldAnswer,
+    PreferencePair,
+    Project,
+    Prompt,
+    Ranking,
+    ResponseLabel,
+)
 from webapp.annotation.modes import annotation_mode
 from webapp.annotation.modes.base import Labels
 from webapp.annotation.preferences import ranking_pairs
-from webapp.annotation.selectors import rankings_with_pairs, response_texts, responses_shown
+from webapp.annotation.selectors import (
+    annotator_pause_blocking,
+    rankings_with_pairs,
+    response_texts,
+    responses_shown,
+)
+from webapp.annotation.services.quality import annotator_quality_check
 from webapp.annotation.services.queue import _locked_assignment, _others_holding
 from webapp.text import counted
 from webapp.text_bounds import RATIONALE_MAX_CHARS
@@ -68,6 +82,9 @@ def ranking_submit(
         if existing is not None and not _reopened(assignment, existing):
             return existing
         project = prompt.project
+        if pause := annotator_pause_blocking(project=project, annotator=annotator):
+            raise ValidationError(f"you are paused in this project ({pause.reason}): "
+                                  f"{pause.get_decision_display().lower()}")
         mode = annotation_mode(project.mode)
         order = [response.pk for response in responses_shown(prompt=prompt, annotator=annotator)]
         shown = set(order)
@@ -86,7 +103,9 @@ def ranking_submit(
         now = timezone.now()
         # A reopened ranking holds its place in the overlap already; a new ranking, or one replacing a skip, takes one.
         takes_a_place = existing is None or existing.skipped
-        if takes_a_place and prompt.ranking_count + _others_holding(prompt, annotator, now) >= project.annotators_per_item:
+        # every annotator answers a gold item: the overlap does not bound it
+        is_gold = GoldAnswer.objects.filter(prompt=prompt).exists()
+        if takes_a_place and not is_gold and prompt.ranking_count + _others_holding(prompt, annotator, now) >= project.annotators_per_item:
             raise ValidationError(
                 "your lease expired and this item has all the rankings it needs; skip it (S) to take the next one"
             )
@@ -103,6 +122,8 @@ def ranking_submit(
             _store_labels(ranking, project, cleaned_labels)
         elif not all_bad:
             _store_pairs(ranking, project)
+        if is_gold:
+            annotator_quality_check(project=project, annotator=annotator)
     return ranking
 
 
