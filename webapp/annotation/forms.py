@@ -39,10 +39,31 @@ class ProjectForm(forms.ModelForm):
                   "Left empty, responses are rated on one aspect, “overall”.",
     )
 
+    # Gold items and annotators' quality (services/quality.py); a form sent without them keeps the project's values.
+    gold_rate = forms.FloatField(
+        required=False, min_value=0, max_value=1, label="Gold rate",
+        help_text="Share of each annotator's items that are gold items, 0 to 1: 0.1 makes every tenth item gold "
+                  "(mark items gold on their item page). Gold answers count as data like any other.")
+    gold_onboarding = forms.IntegerField(
+        required=False, min_value=0, max_value=1000, label="Gold items first",
+        help_text="How many gold items each annotator gets first, as onboarding, before any other item.")
+    gold_min_answers = forms.IntegerField(
+        required=False, min_value=1, max_value=1000, label="Gold answers before judging",
+        help_text="An annotator's accuracy on gold is judged once they have answered this many gold items.")
+    gold_min_accuracy = forms.FloatField(
+        required=False, min_value=0, max_value=1, label="Least accuracy on gold",
+        help_text="0 to 1 (0.8 = 80 %): below it an annotator is paused, their answers held back from training "
+                  "until you release or drop them on the project page. 0 never pauses.")
+    fast_answer_seconds = forms.FloatField(
+        required=False, min_value=0, max_value=3600, label="Fast answer (seconds)",
+        help_text="Answers given faster than this are counted as fast in the annotators' table.")
+    QUALITY_FIELDS = ("gold_rate", "gold_onboarding", "gold_min_answers", "gold_min_accuracy", "fast_answer_seconds")
+
     class Meta:
         model = Project
         fields = ["name", "mode", "guidelines", "responses_per_item", "annotators_per_item", "lease_minutes",
-                  "rating_aspects", "rating_min", "rating_max", "members"]
+                  "rating_aspects", "rating_min", "rating_max", "members",
+                  "gold_rate", "gold_onboarding", "gold_min_answers", "gold_min_accuracy", "fast_answer_seconds"]
         labels = {"rating_min": "Lowest rating", "rating_max": "Highest rating"}
         help_texts = {"rating_max": "Ratings mode: the scale, within 0–10 and at most 10 values (one digit key "
                                     "each; 0 gives 10 on a scale that reaches 10)."}
@@ -102,6 +123,9 @@ class ProjectForm(forms.ModelForm):
 
     def clean(self) -> dict:
         cleaned = super().clean()
+        for name in self.QUALITY_FIELDS:
+            if cleaned.get(name) is None and name not in self.errors:
+                cleaned[name] = getattr(self.instance, name)
         low, high = cleaned.get("rating_min"), cleaned.get("rating_max")
         if low is not None and high is not None:
             try:

@@ -35,7 +35,7 @@ from webapp.annotation.models import (
     SamplingJob,
 )
 from webapp.annotation.modes import annotation_mode
-from webapp.annotation.modes.base import Labels
+from webapp.annotation.modes.base import Labels, response_letter
 from webapp.annotation.preferences import LEFT_OUT_TEXT_REGEX, ranking_pairs
 from webapp.text import BLANK_TEXT_REGEX, counted, is_blank
 
@@ -273,6 +273,43 @@ def gold_accuracies(project: Project, *, annotator_id: int | None = None) -> dic
     return {annotator: GoldAccuracy(answers=len(decisions), matched=sum(d.matched for d in decisions),
                                     decisions=sum(d.total for d in decisions))
             for annotator, decisions in judged.items()}
+
+
+@dataclass(frozen=True)
+class GoldForm:
+    """An item's gold answer as its page shows and edits it: the responses a gold answer places (letter A is R1),
+    the stored answer in words, and what fills the form."""
+
+    responses: list[dict]
+    answer: GoldAnswer | None
+    words: str
+    order: str = ""
+    choice: str = ""
+
+
+def item_gold(prompt: Prompt) -> GoldForm:
+    responses = gold_responses(prompt)
+    letter = {response: response_letter(index) for index, response in enumerate(responses)}
+    answer = GoldAnswer.objects.filter(prompt=prompt).first()
+    given = gold.labels_from_json(answer.labels) if answer is not None else {}
+    rows = [{"id": response, "letter": letter[response], "number": index, "thumb": "",
+             "ratings": [{"name": aspect["name"], "value": given.get(response, {}).get(aspect["name"])}
+                         for aspect in prompt.project.aspects]}
+            for index, response in enumerate(responses, start=1)]
+    if answer is None:
+        return GoldForm(responses=rows, answer=None, words="")
+    if given:
+        for row in rows:
+            thumb = given.get(row["id"], {}).get(ResponseLabel.THUMB)
+            row["thumb"] = "" if thumb is None else ("up" if thumb >= 0.5 else "down")
+        words = "; ".join(f"{letter[response]} " + " · ".join(label_words(aspect, value) for aspect, value in labels.items())
+                          for response, labels in given.items() if response in letter)
+        return GoldForm(responses=rows, answer=answer, words=words)
+    order = " > ".join(" = ".join(letter.get(response, "?") for response in tier) for tier in answer.tiers)
+    choice = ""
+    if len(responses) == 2:
+        choice = "tie" if len(answer.tiers) == 1 else letter[answer.tiers[0][0]]
+    return GoldForm(responses=rows, answer=answer, words=order, order=order, choice=choice)
 
 
 def annotator_pause_blocking(*, project: Project, annotator: AbstractBaseUser) -> AnnotatorPause | None:
@@ -976,6 +1013,7 @@ class ItemAnswer:
     seconds: float
     # in the thumbs and ratings modes: per response (the item's response order) its labels in words, "" for none
     labels: list[str] = field(default_factory=list)
+    ranking_id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -1033,6 +1071,7 @@ def item_detail(*, prompt: Prompt) -> ItemDetail:
             ranks=[position.get(response.id) for response in responses], rationale=ranking.rationale,
             seconds=ranking.seconds_spent,
             labels=[labels.get((ranking.pk, response.id), "") for response in responses] if labels else [],
+            ranking_id=ranking.pk,
         ))
     shared = {ranking.annotator.get_username(): ranking.tiers for ranking in rankings if not ranking.skipped}
     items = [shared] if len(shared) >= 2 else []

@@ -19,13 +19,14 @@ from django.http import (
     StreamingHttpResponse,
 )
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.utils.html import escape
 from django.utils.text import slugify
 from django.views.decorators.http import require_POST
 from django_htmx.http import reswap, retarget
 
 from webapp.accounts.roles import annotator_required, researcher_required
-from webapp.annotation import exporting, selectors, services
+from webapp.annotation import exporting, gold, selectors, services
 from webapp.annotation.feedback import DEFAULT_BINARIZATION, DEFAULT_SEED
 from webapp.annotation.forms import NO_COMPARISON, ExportForm, ImportForm, ProjectForm, SamplingForm
 from webapp.annotation.importing import ImportFileError, format_from_name
@@ -35,7 +36,7 @@ from webapp.annotation.modes.base import Entered
 from webapp.annotation.rendering import render_markdown
 from webapp.annotation.services import scoring as scoring_services
 from webapp.queueing import QueueUnavailable
-from webapp.text import counted, is_blank
+from webapp.text import counted, is_blank, whole_number
 
 # Annotators -------------------------------------------------------------------------------------------------
 
@@ -112,6 +113,7 @@ def _item_context(
         context["prompt_html"] = render_markdown(assignment.prompt.text)
         context["prompt_turns"] = _turns(assignment.prompt)
     context["answer"] = answer
+    context["pause"] = selectors.annotator_latest_pause(project=project, annotator=request.user)
     context["ranked"] = selectors.own_ranked_count(project=project, user=request.user)
     context["previous_answer"] = selectors.previous_answer(project=project, user=request.user)
     return context
@@ -259,6 +261,8 @@ def _detail_context(request: HttpRequest, project: Project) -> dict:
         "project": project,
         "guidelines_html": render_markdown(project.guidelines),
         "progress": selectors.project_progress(project),
+        "pauses": selectors.project_pauses(project),
+        "gold_count": selectors.gold_count(project),
         "data": selectors.project_data(project),
         "jobs": jobs,
         "rounds": selectors.round_rows(project),
@@ -282,7 +286,8 @@ def project_detail(request: HttpRequest, project_id: int) -> HttpResponse:
 def project_progress(request: HttpRequest, project_id: int) -> HttpResponse:
     project = _project(request, project_id)
     return render(request, "annotation/_project_progress.html",
-                  {"project": project, "progress": selectors.project_progress(project)})
+                  {"project": project, "progress": selectors.project_progress(project),
+                   "pauses": selectors.project_pauses(project)})
 
 
 @researcher_required
@@ -364,8 +369,75 @@ def project_items(request: HttpRequest, project_id: int) -> HttpResponse:
 def project_item(request: HttpRequest, project_id: int, prompt_id: int) -> HttpResponse:
     project = _project(request, project_id)
     prompt = get_object_or_404(Prompt, pk=prompt_id, project=project)
+    return _item_page(request, project, prompt)
+
+
+def _item_page(request: HttpRequest, project: Project, prompt: Prompt, *, gold_error: str = "",
+               status: int = HTTPStatus.OK) -> HttpResponse:
+    gold_form = selectors.item_gold(prompt)
+    if gold_error:  # what the researcher entered stays in the form beside the refusal
+        gold_form = replace(gold_form, order=request.POST.get("order", ""), choice=request.POST.get("choice", ""))
     return render(request, "annotation/project_item.html",
-                  {"project": project, "item": selectors.item_detail(prompt=prompt)})
+                  {"project": project, "item": selectors.item_detail(prompt=prompt), "gold": gold_form,
+                   "gold_error": gold_error, "explanation": request.POST.get("explanation") if gold_error else None},
+                  status=status)
+
+
+def _gold_from_post(project: Project, prompt: Prompt, post: QueryDict) -> dict:
+    """The gold answer the item page's form sends, in the mode's own terms: an order ("B > A = C"), A/B/tie, or the
+    annotate page's thumb and rating fields."""
+    mode = annotation_mode(project.mode)
+    if mode.gives_labels:
+        return {"labels": mode.labels_from_post(post)}
+    responses = selectors.gold_responses(prompt)
+    if project.mode == Project.Mode.PAIRWISE:
+        return {"tiers": gold.tiers_from_choice(post.get("choice", ""), responses)}
+    return {"tiers": gold.tiers_from_order(post.get("order", ""), responses)}
+
+
+@require_POST
+@researcher_required
+def project_item_gold(request: HttpRequest, project_id: int, prompt_id: int) -> HttpResponse:
+    """Mark the item gold with the answer the form gives (or change it), or with an annotator's answer (`ranking`)."""
+    project = _project(request, project_id)
+    prompt = get_object_or_404(Prompt, pk=prompt_id, project=project)
+    try:
+        if ranking_id := request.POST.get("ranking"):
+            ranking = get_object_or_404(Ranking, pk=whole_number(ranking_id) or 0, prompt=prompt)
+            services.gold_answer_from_ranking(ranking=ranking, user=request.user)
+        else:
+            services.gold_answer_set(prompt=prompt, user=request.user, explanation=request.POST.get("explanation", ""),
+                                     **_gold_from_post(project, prompt, request.POST))
+    except ValidationError as error:
+        return _item_page(request, project, prompt, gold_error=" ".join(error.messages),
+                          status=HTTPStatus.BAD_REQUEST)
+    messages.success(request, "Marked gold: annotators' answers to this item are checked against this answer.")
+    return redirect("annotation:project_item", project_id=project.pk, prompt_id=prompt.pk)
+
+
+@require_POST
+@researcher_required
+def project_item_gold_remove(request: HttpRequest, project_id: int, prompt_id: int) -> HttpResponse:
+    project = _project(request, project_id)
+    prompt = get_object_or_404(Prompt, pk=prompt_id, project=project)
+    services.gold_answer_remove(prompt=prompt)
+    messages.success(request, "No longer gold: the item is back in the normal queue.")
+    return redirect("annotation:project_item", project_id=project.pk, prompt_id=prompt.pk)
+
+
+@require_POST
+@researcher_required
+def annotator_pause_decide(request: HttpRequest, project_id: int, pause_id: int) -> HttpResponse:
+    """Release a paused annotator (their answers count again) or drop their answers from training."""
+    project = _project(request, project_id)
+    try:
+        pause = services.annotator_pause_decide(pause_id=pause_id, project=project, user=request.user,
+                                                decision=request.POST.get("decision", ""))
+    except ValidationError as error:
+        messages.error(request, " ".join(error.messages))
+    else:
+        messages.success(request, f"{pause.annotator.get_username()}: {pause.get_decision_display().lower()}.")
+    return redirect(f"{reverse('annotation:project_detail', args=[project.pk])}#quality")
 
 
 @require_POST

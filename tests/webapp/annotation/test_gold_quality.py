@@ -11,7 +11,15 @@ from django.utils import timezone
 from tests.webapp.annotation.factories import make_annotators, make_project
 from webapp.accounts.services import user_create
 from webapp.annotation import selectors, services
-from webapp.annotation.models import AnnotatorPause, Assignment, GoldAnswer, PreferencePair, Project, Prompt, Ranking
+from webapp.annotation.models import (
+    AnnotatorPause,
+    Assignment,
+    GoldAnswer,
+    PreferencePair,
+    Project,
+    Prompt,
+    Ranking,
+)
 
 pytestmark = pytest.mark.django_db
 

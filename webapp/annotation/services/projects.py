@@ -25,6 +25,12 @@ def project_create(
     rating_max: int = 5,
     members: Sequence[AbstractBaseUser] = (),
     owner: AbstractBaseUser | None = None,
+    # gold items and annotators' quality (services/quality.py)
+    gold_rate: float = 0.0,
+    gold_onboarding: int = 0,
+    gold_min_answers: int = 5,
+    gold_min_accuracy: float = 0.0,
+    fast_answer_seconds: float = 3.0,
 ) -> Project:
     """`owner`: who creates it (reaches it without being a member; selectors.projects_visible_to).
     `rating_aspects` ({name, description} each) and the scale are what the ratings mode rates."""
@@ -42,6 +48,11 @@ def project_create(
         rating_aspects=rating_aspects,
         rating_min=rating_min,
         rating_max=rating_max,
+        gold_rate=gold_rate,
+        gold_onboarding=gold_onboarding,
+        gold_min_answers=gold_min_answers,
+        gold_min_accuracy=gold_min_accuracy,
+        fast_answer_seconds=fast_answer_seconds,
     )
     project.members.set(members)
     return project

@@ -18,6 +18,7 @@ from webapp.annotation.models import AnnotatorPause, GoldAnswer, Project, Prompt
 from webapp.annotation.modes import annotation_mode
 from webapp.annotation.modes.base import Labels, Tiers
 from webapp.annotation.selectors import answer_labels, gold_accuracies, gold_responses
+from webapp.text import counted
 
 EXPLANATION_MAX_CHARS = 5000
 
@@ -77,8 +78,8 @@ def annotator_quality_check(*, project: Project, annotator: AbstractBaseUser) ->
         return None
     if accuracy.share >= project.gold_min_accuracy:
         return None
-    reason = (f"accuracy on gold {accuracy.share:.0%} ({accuracy.matched} of {accuracy.decisions} decisions on "
-              f"{accuracy.answers} gold items) is below the project's {project.gold_min_accuracy:.0%}")
+    reason = (f"accuracy on gold {accuracy.share:.0%} ({accuracy.matched} of {counted(accuracy.decisions, 'decision')} "
+              f"on {counted(accuracy.answers, 'gold item')}) is below the project's {project.gold_min_accuracy:.0%}")
     pause = AnnotatorPause.objects.create(project=project, annotator=annotator, reason=reason)
     Ranking.objects.filter(prompt__project=project, annotator=annotator).update(held_back=True)
     return pause
