@@ -22,7 +22,7 @@ from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from tests.webapp.annotation.factories import make_project
 from webapp.accounts.services import api_token_create, user_create
 from webapp.annotation import services as annotation_services
-from webapp.annotation.models import Assignment, ImportJob, Project, RoundScoring, SamplingJob
+from webapp.annotation.models import Assignment, GoldAnswer, ImportJob, Project, RoundScoring, SamplingJob
 from webapp.experiments import services as run_services
 from webapp.experiments.artifacts import artifact_store
 from webapp.experiments.data_snapshot import snapshot_path, snapshot_write
@@ -106,6 +106,13 @@ def _pages(w: World) -> dict[str, list[tuple[str, str, dict]]]:
                           {"name": "taken over", "mode": "ranking", "responses_per_item": 2, "annotators_per_item": 1,
                            "lease_minutes": 30})],
         "project_item": [("GET", reverse("annotation:project_item", args=[project, w.assignment.prompt_id]), {})],
+        "project_item_gold": [("POST", reverse("annotation:project_item_gold", args=[project, w.assignment.prompt_id]),
+                               {"order": "A > B"})],
+        "project_item_gold_remove": [
+            ("POST", reverse("annotation:project_item_gold_remove", args=[project, w.assignment.prompt_id]), {})],
+        # no pause exists: an outsider is refused before it is looked for
+        "annotator_pause_decide": [("POST", reverse("annotation:annotator_pause_decide", args=[project, 1]),
+                                    {"decision": "released"})],
         "project_import": [("POST", reverse("annotation:project_import", args=[project]),
                             {"file": SimpleUploadedFile("x.jsonl", b'{"prompt": "stolen"}\n'), "file_format": "auto"})],
         "import_job_status": [("GET", reverse("annotation:import_job_status", args=[w.import_job.pk]), {})],
@@ -171,6 +178,7 @@ def _state(w: World) -> dict:
         "checkpoints": ModelRef.objects.count(),
         "assignment": Assignment.objects.filter(pk=w.assignment.pk).values_list("status", flat=True).first(),
         "rankings": w.project.prompts.filter(rankings__isnull=False).count(),
+        "gold answers": GoldAnswer.objects.count(),
     }
 
 

@@ -365,10 +365,14 @@ def project_items(request: HttpRequest, project_id: int) -> HttpResponse:
     return render(request, "annotation/project_items.html", context)
 
 
+def _project_item(request: HttpRequest, project_id: int, prompt_id: int) -> tuple[Project, Prompt]:
+    project = _project(request, project_id)
+    return project, get_object_or_404(Prompt, pk=prompt_id, project=project)
+
+
 @researcher_required
 def project_item(request: HttpRequest, project_id: int, prompt_id: int) -> HttpResponse:
-    project = _project(request, project_id)
-    prompt = get_object_or_404(Prompt, pk=prompt_id, project=project)
+    project, prompt = _project_item(request, project_id, prompt_id)
     return _item_page(request, project, prompt)
 
 
@@ -399,8 +403,7 @@ def _gold_from_post(project: Project, prompt: Prompt, post: QueryDict) -> dict:
 @researcher_required
 def project_item_gold(request: HttpRequest, project_id: int, prompt_id: int) -> HttpResponse:
     """Mark the item gold with the answer the form gives (or change it), or with an annotator's answer (`ranking`)."""
-    project = _project(request, project_id)
-    prompt = get_object_or_404(Prompt, pk=prompt_id, project=project)
+    project, prompt = _project_item(request, project_id, prompt_id)
     try:
         if ranking_id := request.POST.get("ranking"):
             ranking = get_object_or_404(Ranking, pk=whole_number(ranking_id) or 0, prompt=prompt)
@@ -418,8 +421,7 @@ def project_item_gold(request: HttpRequest, project_id: int, prompt_id: int) -> 
 @require_POST
 @researcher_required
 def project_item_gold_remove(request: HttpRequest, project_id: int, prompt_id: int) -> HttpResponse:
-    project = _project(request, project_id)
-    prompt = get_object_or_404(Prompt, pk=prompt_id, project=project)
+    project, prompt = _project_item(request, project_id, prompt_id)
     services.gold_answer_remove(prompt=prompt)
     messages.success(request, "No longer gold: the item is back in the normal queue.")
     return redirect("annotation:project_item", project_id=project.pk, prompt_id=prompt.pk)
