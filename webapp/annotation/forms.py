@@ -52,7 +52,7 @@ class ProjectForm(forms.ModelForm):
         help_text="An annotator's accuracy on gold is judged once they have answered this many gold items.")
     gold_min_accuracy = forms.FloatField(
         required=False, min_value=0, max_value=1, label="Least accuracy on gold",
-        help_text="0 to 1 (0.8 = 80 %): below it an annotator is paused, their answers held back from training "
+        help_text="0 to 1 (0.8 = 80%): below it an annotator is paused, their answers held back from training "
                   "until you release or drop them on the project page. 0 never pauses.")
     fast_answer_seconds = forms.FloatField(
         required=False, min_value=0, max_value=3600, label="Fast answer (seconds)",

@@ -110,7 +110,7 @@ def test_the_project_form_sets_the_quality_settings_and_refuses_a_share_above_on
     project.refresh_from_db()
     assert (project.lease_minutes, project.gold_onboarding, project.gold_min_accuracy) == (20, 3, 0.7)
     page = researcher_client.get(reverse("annotation:project_detail", args=[project.pk])).content.decode()
-    assert "70 % accuracy on gold, after 4 gold answers" in page
+    assert "70% accuracy on gold, after 4 gold answers" in page
 
 
 def test_the_researcher_releases_a_paused_annotator_from_the_project_page(researcher_client, researcher):
