@@ -50,7 +50,7 @@ def test_mark_gold_pause_on_a_wrong_gold_answer_and_release(page, browser, live_
     reason = annotator_page.inner_text("#pause-reason")
     assert reason == ("Why: accuracy on gold 0% (0 of 3 decisions on 1 gold item) is below the project's 80%.")
     assert "held back from training" in annotator_page.inner_text("#pause-decision")
-    assert annotator_page.locator("#item-form").count() == 0
+    assert annotator_page.locator("#item-form").count() == 0 and annotator_page.locator("#back-button").count() == 0
 
     page.reload()
     row = page.locator(f"#pauses li[data-annotator={annotator.username}]")

@@ -113,9 +113,11 @@ def _item_context(
         context["prompt_html"] = render_markdown(assignment.prompt.text)
         context["prompt_turns"] = _turns(assignment.prompt)
     context["answer"] = answer
-    context["pause"] = selectors.annotator_latest_pause(project=project, annotator=request.user)
+    context["pause"] = pause = selectors.annotator_latest_pause(project=project, annotator=request.user)
     context["ranked"] = selectors.own_ranked_count(project=project, user=request.user)
-    context["previous_answer"] = selectors.previous_answer(project=project, user=request.user)
+    # a paused annotator's answers cannot change until a researcher decides: no Back to offer
+    paused = pause is not None and pause.decision != pause.Decision.RELEASED
+    context["previous_answer"] = None if paused else selectors.previous_answer(project=project, user=request.user)
     return context
 
 
