@@ -46,7 +46,9 @@ def test_mark_gold_pause_on_a_wrong_gold_answer_and_release(page, browser, live_
     annotator_errors: list[str] = []
     annotator_page.on("pageerror", lambda error: annotator_errors.append(str(error)))
     log_in(annotator_page, live_server, annotator.username, "pw-long-enough-1")
-    annotator_page.goto(f"{live_server.url}/annotate/{project.pk}/")
+    annotator_page.goto(f"{live_server.url}/annotate/")
+    annotator_page.click(".paused-note a")
+    annotator_page.wait_for_url(f"**/annotate/{project.pk}/")
     reason = annotator_page.inner_text("#pause-reason")
     assert reason == ("Why: accuracy on gold 0% (0 of 3 decisions on 1 gold item) is below the project's 80%.")
     assert "held back from training" in annotator_page.inner_text("#pause-decision")

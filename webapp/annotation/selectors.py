@@ -336,6 +336,7 @@ class OwnProgress:
     project: Project
     ranked: int
     available: int
+    paused: bool = False  # a pause holds them in this project: nothing is open to them until a researcher decides
 
 
 def own_progress(*, user: AbstractBaseUser) -> list[OwnProgress]:
@@ -346,8 +347,13 @@ def own_progress(*, user: AbstractBaseUser) -> list[OwnProgress]:
         ranked = own_ranked_count(project=project, user=user)
         # every answer is a Ranking row, kept while its item is reopened by Back
         answered = Ranking.objects.filter(annotator=user, prompt__project=project)
+        if annotator_pause_blocking(project=project, annotator=user) is not None:
+            rows.append(OwnProgress(project=project, ranked=ranked, available=0, paused=True))
+            continue
+        # a gold item is open to every annotator who has not answered it, whatever its overlap
         available = (
-            Prompt.objects.filter(OPEN_ITEMS, project=project, ranking_count__lt=project.annotators_per_item)
+            Prompt.objects.filter(OPEN_ITEMS, Q(ranking_count__lt=project.annotators_per_item) | Q(gold__isnull=False),
+                                  project=project)
             .exclude(pk__in=answered.values("prompt_id"))
             .count()
         )

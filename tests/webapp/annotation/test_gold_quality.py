@@ -55,6 +55,7 @@ def test_a_random_annotator_is_paused_at_the_minimum_gold_answers_with_rows_held
     random_one, careful = make_annotators(2)
     project = _quality_project([random_one, careful])
     rng = random.Random(7)
+    assert [(row.available, row.paused) for row in selectors.own_progress(user=random_one)] == [(20, False)]
 
     gold_answers = 0
     while (lease := services.assignment_lease_next(project=project, annotator=random_one)) is not None:
@@ -71,6 +72,7 @@ def test_a_random_annotator_is_paused_at_the_minimum_gold_answers_with_rows_held
                             f"items) is below the project's 80%")
     assert set(Ranking.objects.filter(annotator=random_one).values_list("held_back", flat=True)) == {True}
     assert services.assignment_lease_next(project=project, annotator=random_one) is None
+    assert [(row.available, row.paused) for row in selectors.own_progress(user=random_one)] == [(0, True)]
 
     while (lease := services.assignment_lease_next(project=project, annotator=careful)) is not None:
         _answer(lease, careful, None)
