@@ -312,6 +312,32 @@ def item_gold(prompt: Prompt) -> GoldForm:
     return GoldForm(responses=rows, answer=answer, words=order, order=order, choice=choice)
 
 
+def gold_feedback(ranking: Ranking) -> str | None:
+    """What an annotator is told after answering a gold item otherwise than its gold answer: that answer, in the
+    letters they saw the responses under, and the researcher's explanation. None for any other answer."""
+    answer = GoldAnswer.objects.filter(prompt_id=ranking.prompt_id).first()
+    if answer is None or ranking.skipped:
+        return None
+    shown = [response.pk for response in responses_shown(prompt=ranking.prompt, annotator=ranking.annotator)]
+    letter = {response: response_letter(index) for index, response in enumerate(shown)}
+    if annotation_mode(ranking.prompt.project.mode).gives_labels:
+        right = gold.labels_from_json(answer.labels)
+        decisions = gold.label_decisions(right, answer_labels(ranking_id=ranking.pk), tolerance=(
+            gold.RATING_TOLERANCE if ranking.prompt.project.mode == Project.Mode.RATINGS else 0.0))
+        words = "; ".join(f"{letter[response]} " + " · ".join(label_words(aspect, value) for aspect, value in
+                                                              right[response].items())
+                          for response in shown if response in right)
+    else:
+        decisions = gold.tier_decisions(answer.tiers, ranking.tiers)
+        tiers = [sorted((response for response in tier if response in letter), key=shown.index)
+                 for tier in answer.tiers]
+        words = " > ".join(" = ".join(letter[response] for response in tier) for tier in tiers if tier)
+    if decisions.matched == decisions.total:
+        return None
+    explanation = f" {answer.explanation}" if answer.explanation else ""
+    return f"That was a check item; its expected answer is {words}.{explanation}"
+
+
 def annotator_pause_blocking(*, project: Project, annotator: AbstractBaseUser) -> AnnotatorPause | None:
     """The pause that keeps the annotator from new items: one waiting for a researcher, or one whose answers were
     dropped (a released pause no longer holds them)."""

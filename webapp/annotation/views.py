@@ -128,9 +128,10 @@ def _turns(prompt: Prompt) -> list[dict]:
 
 def _render_item(
     request: HttpRequest, project: Project, *, assignment: Assignment | None = None, error: str = "",
-    answer: _ShownAnswer | None = None,
+    answer: _ShownAnswer | None = None, gold_note: str | None = None,
 ) -> HttpResponse:
     context = _item_context(request, project, assignment=assignment, error=error, answer=answer)
+    context["gold_note"] = gold_note
     if request.htmx:
         return render(request, "annotation/annotate.html#item", context)
     context["guidelines_html"] = render_markdown(project.guidelines)
@@ -163,13 +164,16 @@ def _answer_item(request: HttpRequest, assignment_id: int, write: Callable[[Proj
     assignment = get_object_or_404(Assignment.objects.select_related("prompt__project"), pk=assignment_id)
     project = _project(request, assignment.prompt.project_id)
     try:
-        write(project)
+        answer = write(project)
     except ValidationError as error:
         return _refused(request, project, " ".join(error.messages),
                         _answer_from_post(project, assignment_id, request.POST))
+    gold_note = selectors.gold_feedback(answer) if isinstance(answer, Ranking) else None
     if not request.htmx:
+        if gold_note:
+            messages.info(request, gold_note)
         return redirect("annotation:annotate", project_id=project.pk)
-    return _render_item(request, project)
+    return _render_item(request, project, gold_note=gold_note)
 
 
 @require_POST

@@ -133,3 +133,34 @@ def test_the_researcher_releases_a_paused_annotator_from_the_project_page(resear
     pause.refresh_from_db()
     assert pause.decision == "released" and pause.decided_by == researcher
     assert not Ranking.objects.filter(annotator=annotator, held_back=True).exists()
+
+
+@pytest.mark.parametrize("htmx", [True, False])
+def test_an_annotator_who_answers_a_gold_item_otherwise_is_shown_its_answer_in_their_own_letters(
+        annotator_client, annotator, researcher, htmx):
+    project = make_project(items=3, responses=3, owner=researcher, members=[annotator])
+    Project.objects.filter(pk=project.pk).update(gold_onboarding=2)
+    project.refresh_from_db()
+    first, second = project.prompts.order_by("id")[:2]
+    for prompt in (first, second):
+        services.gold_answer_set(prompt=prompt, user=researcher, explanation="R1 cites its source.",
+                                 tiers=[[pk] for pk in selectors.gold_responses(prompt)])
+    extra = {"HTTP_HX_REQUEST": "true"} if htmx else {"follow": True}
+
+    def submit(ranks_best_first: list[int]):
+        lease = services.assignment_lease_next(project=project, annotator=annotator)
+        shown = [r.pk for r in selectors.responses_shown(prompt=lease.prompt, annotator=annotator)]
+        posted = {f"rank_{pk}": str(rank) for rank, pk in enumerate(ranks_best_first(shown), start=1)}
+        return shown, annotator_client.post(f"/annotate/items/{lease.pk}/submit/", posted, **extra).content.decode()
+
+    # wrong: the order shown, whatever it is, reversed from the gold's (R1 > R2 > R3) unless it happens to match
+    shown, page = submit(lambda shown: sorted(shown, reverse=True))
+    letters = {pk: "ABC"[shown.index(pk)] for pk in shown}
+    expected = " &gt; ".join(letters[pk] for pk in sorted(shown))
+    # htmx: above the next item; a plain form's redirect: in the page's messages
+    assert f"That was a check item; its expected answer is {expected}. R1 cites its source." in page
+    assert ('id="gold-note"' in page) is htmx
+    # right: nothing is said
+    _, page = submit(lambda shown: sorted(shown))
+    assert "check item" not in page
+    assert Ranking.objects.filter(annotator=annotator).count() == 2

@@ -7,7 +7,7 @@ from django.core.exceptions import ValidationError
 from tests.webapp.annotation.factories import make_annotators, make_project
 from webapp.accounts.services import user_create
 from webapp.annotation import gold, selectors, services
-from webapp.annotation.models import AnnotatorPause, Project
+from webapp.annotation.models import AnnotatorPause, Project, Ranking
 
 
 @pytest.mark.parametrize(("gold_tiers", "answer", "matched", "total"), [
@@ -59,5 +59,12 @@ def test_a_thumbs_annotator_whose_thumbs_disagree_with_the_gold_is_paused():
                                     labels={first: {"": thumbs[0]}, second: {"": thumbs[1]}})
     assert AnnotatorPause.objects.get(annotator=careless).reason.startswith("accuracy on gold 50% (2 of 4 decisions")
     assert not AnnotatorPause.objects.filter(annotator=careful).exists()
+    # told the gold's thumbs in the letters they saw the responses under
+    ranking = Ranking.objects.filter(annotator=careless).first()
+    shown = [r.pk for r in selectors.responses_shown(prompt=ranking.prompt, annotator=careless)]
+    first = selectors.gold_responses(ranking.prompt)[0]
+    expected = "A 👍; B 👎" if shown[0] == first else "A 👎; B 👍"
+    assert selectors.gold_feedback(ranking) == f"That was a check item; its expected answer is {expected}."
+    assert selectors.gold_feedback(Ranking.objects.filter(annotator=careful).first()) is None
     # held back: the careless annotator's thumbs give no KTO rows
     assert {row["annotator"] for row in selectors.unpaired_rows(project_id=project.pk)} == {careful.username}

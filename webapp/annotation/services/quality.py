@@ -10,7 +10,7 @@ annotator's last release, so a released annotator starts afresh and is paused ag
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from webapp.annotation import gold
@@ -80,7 +80,11 @@ def annotator_quality_check(*, project: Project, annotator: AbstractBaseUser) ->
         return None
     reason = (f"accuracy on gold {accuracy.share:.0%} ({accuracy.matched} of {counted(accuracy.decisions, 'decision')} "
               f"on {counted(accuracy.answers, 'gold item')}) is below the project's {project.gold_min_accuracy:.0%}")
-    pause = AnnotatorPause.objects.create(project=project, annotator=annotator, reason=reason)
+    try:
+        with transaction.atomic():
+            pause = AnnotatorPause.objects.create(project=project, annotator=annotator, reason=reason)
+    except IntegrityError:  # two gold answers of theirs submitted at once: the other one paused them already
+        return AnnotatorPause.objects.get(project=project, annotator=annotator, decision=AnnotatorPause.Decision.PENDING)
     Ranking.objects.filter(prompt__project=project, annotator=annotator).update(held_back=True)
     return pause
 
