@@ -1003,7 +1003,7 @@ def round_rows(project: Project) -> list[RoundRow]:
     """The project's rounds, oldest first, each with its items, responses and its win rate over the round it is
     compared with (None until a ranking compares them)."""
     rows = []
-    measured = _suggestions_measured(project)
+    measured = _suggestions_measured(project, in_rounds=True)
     for round_ in project_rounds(project).annotate(
         item_count=Count("items", distinct=True),
         ranked_count=Count("items", filter=Q(items__ranking_count__gte=1), distinct=True),
@@ -1077,12 +1077,12 @@ def _human_answers(rankings: QuerySet[Ranking]) -> tuple[dict[int, list[agreemen
     return tiers_by_item, dict(left_out)
 
 
-def _suggested_tiers_by_source(project: Project) -> dict[str, dict[int, agreement.Tiers]]:
+def _suggested_tiers_by_source(items: QuerySet[Prompt]) -> dict[str, dict[int, agreement.Tiers]]:
     """Agent -> item -> its suggestion read as tiers (suggestion_agreement.suggested_tiers), the latest suggestion of
     a question winning where a source answered one twice."""
     ranking: dict[tuple[str, int], object] = {}
     per_response: dict[tuple[str, int], dict[int, dict[str, object]]] = defaultdict(lambda: defaultdict(dict))
-    for agent, prompt_id, response_id, question, value in Suggestion.objects.filter(project=project).order_by(
+    for agent, prompt_id, response_id, question, value in Suggestion.objects.filter(prompt__in=items).order_by(
         "id"
     ).values_list("agent", "prompt_id", "response_id", "question", "value"):
         if response_id is not None:
@@ -1139,13 +1139,18 @@ class SuggestionsMeasured:
         return rows
 
 
-def _suggestions_measured(project: Project) -> SuggestionsMeasured:
-    answers, left_out = _human_answers(Ranking.objects.filter(prompt__project=project))
+def _suggestions_measured(project: Project, *, in_rounds: bool = False) -> SuggestionsMeasured:
+    """The project's items (only those a round made or filled, with `in_rounds`) measured; the answers are read only
+    where some suggestion can be (the Rounds card reads this every few seconds)."""
+    items = Prompt.objects.filter(project=project, **({"round__isnull": False} if in_rounds else {}))
+    suggested = _suggested_tiers_by_source(items)
+    if not suggested:
+        return SuggestionsMeasured(suggested={}, answers={}, left_out={}, item_rounds={}, judge_jobs={})
+    answers, left_out = _human_answers(Ranking.objects.filter(prompt__in=items))
     judge_jobs = {job.agent: job for job in SuggestionJob.objects.filter(
         project=project, source=SuggestionJob.Source.JUDGE).order_by("created_at", "id")}
-    return SuggestionsMeasured(
-        suggested=_suggested_tiers_by_source(project), answers=answers, left_out=left_out,
-        item_rounds=dict(Prompt.objects.filter(project=project).values_list("pk", "round_id")), judge_jobs=judge_jobs)
+    return SuggestionsMeasured(suggested=suggested, answers=answers, left_out=left_out,
+                               item_rounds=dict(items.values_list("pk", "round_id")), judge_jobs=judge_jobs)
 
 
 def suggestion_agreements(project: Project) -> list[SourceAgreement]:
@@ -1156,7 +1161,7 @@ def suggestion_agreements(project: Project) -> list[SourceAgreement]:
 
 def round_suggestion_agreements(project: Project) -> dict[int, list[SourceAgreement]]:
     """Round number -> per suggestion source, its agreement with the people on that round's items."""
-    measured = _suggestions_measured(project)
+    measured = _suggestions_measured(project, in_rounds=True)
     return {round_.number: measured.by_source(items=measured.round_items(round_.pk))
             for round_ in project_rounds(project)}
 
