@@ -222,9 +222,21 @@ def test_the_rounds_card_measures_a_reward_model_on_a_thumbs_or_ratings_round(mo
 
     row = selectors.round_rows(project)[0]
     assert (row.rm_agreement.agreed, row.rm_agreement.pairs, row.rm_agreement.answers) == (1, 2, 2)
+    # thumbs: tau-b 1 on p0, none on p1 (its scores tie); ratings: -1 on p0, 1 on p1
     assert row.rm_agreement.tied == (1 if mode == "thumbs" else 0)
+    assert row.rm_agreement.tau == (1.0 if mode == "thumbs" else 0.0)
     card = researcher_client.get(f"/projects/{project.pk}/rounds/").content.decode()
-    assert '<span class="rm-agreement">(1 of 2)</span>' in card
+    tau = "1.000" if mode == "thumbs" else "0.000"
+    assert f'agrees with 50 % (9–91 %) of 2 pairs <span class="rm-agreement">(1 of 2)</span> · τ-b {tau}' in card
+
+    # p1's answer took a label from a suggestion: left out of the reward model's agreement too
+    accepted = Suggestion.objects.create(project=project, prompt=Prompt.objects.get(external_id="p1"),
+                                         question="ranking", value=[], agent=RM)
+    ResponseLabel.objects.filter(prompt__external_id="p1", ranking__isnull=False).update(suggestion=accepted)
+    row = selectors.round_rows(project)[0]
+    assert (row.rm_agreement.pairs, row.rm_agreement.answers, row.rm_agreement.left_out) == (1, 1, 1)
+    card = researcher_client.get(f"/projects/{project.pk}/rounds/").content.decode()
+    assert "1 answer left out (accepted a suggestion)" in card
 
 
 def test_a_comparison_counts_a_machine_tie_apart_and_its_tau_b():
