@@ -4,7 +4,7 @@ import dataclasses
 import itertools
 import random
 import statistics
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -15,7 +15,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from webapp.accounts.roles import is_admin, is_researcher
-from webapp.annotation import agreement, feedback, gold, winrates
+from webapp.annotation import agreement, feedback, gold, suggestion_agreement, winrates
 from webapp.annotation.aggregation import aggregate_pairs, aggregation_annotator
 from webapp.annotation.exporting import conversational_rows, conversational_unpaired_rows
 from webapp.annotation.models import (
@@ -33,6 +33,8 @@ from webapp.annotation.models import (
     Round,
     RoundScoring,
     SamplingJob,
+    Suggestion,
+    SuggestionJob,
 )
 from webapp.annotation.modes import annotation_mode
 from webapp.annotation.modes.base import Labels, response_letter
@@ -1132,7 +1134,9 @@ class RoundRow:
     # the round's latest scoring by a reward model, and what its scores say (None until one succeeded)
     scoring: RoundScoring | None = None
     rm_win_rate: winrates.WinRate | None = None
-    rm_agreement: winrates.Agreement | None = None
+    rm_agreement: suggestion_agreement.HumanAgreement | None = None
+    # per suggestion source with suggestions on the round's items: its agreement with the people on them
+    suggestions: list["SourceAgreement"] = field(default_factory=list)
 
 
 def project_rounds(project: Project) -> QuerySet[Round]:
@@ -1181,6 +1185,7 @@ def round_rows(project: Project) -> list[RoundRow]:
     """The project's rounds, oldest first, each with its items, responses and its win rate over the round it is
     compared with (None until a ranking compares them)."""
     rows = []
+    measured = _suggestions_measured(project, in_rounds=True)
     for round_ in project_rounds(project).annotate(
         item_count=Count("items", distinct=True),
         ranked_count=Count("items", filter=Q(items__ranking_count__gte=1), distinct=True),
@@ -1193,7 +1198,8 @@ def round_rows(project: Project) -> list[RoundRow]:
                              ranked_items=round_.ranked_count, win_rate=winrates.win_rate(round_outcomes(round_)),
                              scoring=scoring,
                              rm_win_rate=winrates.win_rate(round_score_outcomes(round_, scores)) if scores else None,
-                             rm_agreement=round_score_agreement(round_, scores) if scores else None))
+                             rm_agreement=round_score_agreement(round_, scores) if scores else None,
+                             suggestions=measured.by_source(items=measured.round_items(round_.pk))))
     return rows
 
 
@@ -1221,13 +1227,125 @@ def round_score_outcomes(round_: Round, scores: dict[int, float]) -> list[float]
     return outcomes
 
 
-def round_score_agreement(round_: Round, scores: dict[int, float]) -> winrates.Agreement | None:
-    """How many of the people's pairs (from rankings) on the round's items a reward model's scores order alike."""
-    pairs = PreferencePair.objects.filter(prompt__round_id=round_.pk, ranking__isnull=False)
-    return winrates.agreement(
-        (scores[chosen], scores[rejected]) for chosen, rejected in pairs.values_list("chosen_id", "rejected_id")
-        if chosen in scores and rejected in scores
-    )
+def round_score_agreement(round_: Round, scores: dict[int, float]) -> suggestion_agreement.HumanAgreement | None:
+    """How the people's answers (any mode, through `answers_as_tiers`) to the round's items agree with a reward
+    model's scores, each item's scored responses read as tiers by score (suggestion_agreement's definitions); None
+    when no human pair compares two scored responses."""
+    items = Prompt.objects.filter(round_id=round_.pk)
+    scored: dict[int, dict[int, float]] = defaultdict(dict)
+    for prompt_id, pk in Response.objects.filter(prompt__in=items).values_list("prompt_id", "pk"):
+        if pk in scores:
+            scored[prompt_id][pk] = scores[pk]
+    answers, left_out = _human_answers(Ranking.objects.filter(prompt__in=items))
+    measured = suggestion_agreement.human_agreement(
+        {item: feedback.tiers_from_scores(item_scores) for item, item_scores in scored.items()}, answers,
+        left_out=left_out)
+    return measured if measured.pairs else None
+
+
+# Suggestions measured against the people ----------------------------------------------------------------
+
+
+def _human_answers(rankings: QuerySet[Ranking]) -> tuple[dict[int, list[agreement.Tiers]], dict[int, int]]:
+    """Per item, the tiers of the people's answers among `rankings` that a machine can be measured against (skips,
+    held-back answers and those that accepted a suggestion left out), and per item the count of the last."""
+    answers = rankings.filter(skipped=False, held_back=False)
+    accepted = Q(suggestion__isnull=False) | Exists(
+        ResponseLabel.objects.filter(ranking_id=OuterRef("pk"), suggestion__isnull=False))
+    left_out = Counter(answers.filter(accepted).values_list("prompt_id", flat=True))
+    tiers_by_item: dict[int, list[agreement.Tiers]] = defaultdict(list)
+    for prompt_id, tiers, _ in answers_as_tiers(answers.exclude(accepted)):
+        tiers_by_item[prompt_id].append(tiers)
+    return tiers_by_item, dict(left_out)
+
+
+def _suggested_tiers_by_source(items: QuerySet[Prompt]) -> dict[str, dict[int, agreement.Tiers]]:
+    """Agent -> item -> its suggestion read as tiers (suggestion_agreement.suggested_tiers), the latest suggestion of
+    a question winning where a source answered one twice."""
+    ranking: dict[tuple[str, int], object] = {}
+    per_response: dict[tuple[str, int], dict[int, dict[str, object]]] = defaultdict(lambda: defaultdict(dict))
+    for agent, prompt_id, response_id, question, value in Suggestion.objects.filter(prompt__in=items).order_by(
+        "id"
+    ).values_list("agent", "prompt_id", "response_id", "question", "value"):
+        if response_id is not None:
+            per_response[(agent, prompt_id)][response_id][question] = value
+        elif question == suggestion_agreement.RANKING_QUESTION:
+            ranking[(agent, prompt_id)] = value
+    by_source: dict[str, dict[int, agreement.Tiers]] = defaultdict(dict)
+    for agent, prompt_id in ranking.keys() | per_response.keys():
+        values = {response: questions.values() for response, questions in per_response[(agent, prompt_id)].items()}
+        tiers = suggestion_agreement.suggested_tiers(ranking.get((agent, prompt_id)), values)
+        if tiers is not None:
+            by_source[agent][prompt_id] = tiers
+    return by_source
+
+
+@dataclass(frozen=True)
+class SourceAgreement:
+    """One suggestion source (an `agent`) against the people, over the items both answered."""
+
+    agent: str
+    suggested_items: int
+    agreement: suggestion_agreement.HumanAgreement
+    # the source's latest judge job, whose comparisons give its position bias (None for other sources)
+    judge_job: SuggestionJob | None = None
+
+    @property
+    def position_bias(self) -> float | None:
+        return self.judge_job.position_bias if self.judge_job is not None else None
+
+
+@dataclass(frozen=True)
+class SuggestionsMeasured:
+    """What measuring a project's suggestion sources reads, read once: each source's tiers per item, the people's
+    answers per item, the answers left out per item, each item's round and each judge source's latest job."""
+
+    suggested: dict[str, dict[int, agreement.Tiers]]
+    answers: dict[int, list[agreement.Tiers]]
+    left_out: dict[int, int]
+    item_rounds: dict[int, int | None]
+    judge_jobs: dict[str, SuggestionJob]
+
+    def round_items(self, round_id: int) -> set[int]:
+        return {item for item, item_round in self.item_rounds.items() if item_round == round_id}
+
+    def by_source(self, *, items: set[int] | None = None) -> list[SourceAgreement]:
+        """Per source with a suggestion on one of `items` (every item when None), by agent."""
+        rows = []
+        for agent in sorted(self.suggested):
+            machine = {item: tiers for item, tiers in self.suggested[agent].items() if items is None or item in items}
+            if machine:
+                rows.append(SourceAgreement(
+                    agent=agent, suggested_items=len(machine), judge_job=self.judge_jobs.get(agent),
+                    agreement=suggestion_agreement.human_agreement(machine, self.answers, left_out=self.left_out)))
+        return rows
+
+
+def _suggestions_measured(project: Project, *, in_rounds: bool = False) -> SuggestionsMeasured:
+    """The project's items (only those a round made or filled, with `in_rounds`) measured; the answers are read only
+    where some suggestion can be (the Rounds card reads this every few seconds)."""
+    items = Prompt.objects.filter(project=project, **({"round__isnull": False} if in_rounds else {}))
+    suggested = _suggested_tiers_by_source(items)
+    if not suggested:
+        return SuggestionsMeasured(suggested={}, answers={}, left_out={}, item_rounds={}, judge_jobs={})
+    answers, left_out = _human_answers(Ranking.objects.filter(prompt__in=items))
+    judge_jobs = {job.agent: job for job in SuggestionJob.objects.filter(
+        project=project, source=SuggestionJob.Source.JUDGE).order_by("created_at", "id")}
+    return SuggestionsMeasured(suggested=suggested, answers=answers, left_out=left_out,
+                               item_rounds=dict(items.values_list("pk", "round_id")), judge_jobs=judge_jobs)
+
+
+def suggestion_agreements(project: Project) -> list[SourceAgreement]:
+    """Per suggestion source of the project (imported or computed), by agent: its agreement with the people over
+    every item both answered (the Suggestions card, the API)."""
+    return _suggestions_measured(project).by_source()
+
+
+def round_suggestion_agreements(project: Project) -> dict[int, list[SourceAgreement]]:
+    """Round number -> per suggestion source, its agreement with the people on that round's items."""
+    measured = _suggestions_measured(project, in_rounds=True)
+    return {round_.number: measured.by_source(items=measured.round_items(round_.pk))
+            for round_ in project_rounds(project)}
 
 
 def visible_run(user: AbstractBaseUser, run_id: int):

@@ -19,6 +19,8 @@ urlpatterns = [
     path("projects/<int:project_id>/progress/", views.project_progress, name="project_progress"),
     path("projects/<int:project_id>/data/", views.project_data, name="project_data"),
     path("projects/<int:project_id>/rounds/", views.project_rounds, name="project_rounds"),
+    path("projects/<int:project_id>/suggestion-agreement/", views.project_suggestion_agreement,
+         name="project_suggestion_agreement"),
     path("projects/<int:project_id>/rounds/score/", views.round_score, name="round_score"),
     path("projects/<int:project_id>/items/", views.project_items, name="project_items"),
     path("projects/<int:project_id>/files/", removal_views.project_files, name="project_files"),

@@ -273,6 +273,7 @@ def _detail_context(request: HttpRequest, project: Project) -> dict:
         "jobs": jobs,
         "rounds": selectors.round_rows(project),
         "reward_runs": selectors.reward_model_runs(request.user),
+        "suggestion_sources": selectors.suggestion_agreements(project),
         "import_jobs": import_jobs,
         "import_form": ImportForm(),
         "sampling_form": SamplingForm(initial={"responses_per_prompt": project.responses_per_item}, user=request.user,
@@ -319,6 +320,14 @@ def _job_line(request: HttpRequest, partial: str, job: ImportJob | SamplingJob, 
 def project_rounds(request: HttpRequest, project_id: int) -> HttpResponse:
     project = _project(request, project_id)
     return render(request, "annotation/_rounds.html", _rounds_context(request, project))
+
+
+@researcher_required
+def project_suggestion_agreement(request: HttpRequest, project_id: int) -> HttpResponse:
+    """The card of the project's suggestion sources measured against the annotators."""
+    project = _project(request, project_id)
+    return render(request, "annotation/_suggestion_agreement.html",
+                  {"project": project, "suggestion_sources": selectors.suggestion_agreements(project)})
 
 
 def _rounds_context(request: HttpRequest, project: Project, **extra) -> dict:

@@ -62,28 +62,3 @@ def score_outcome(new_score: float, compared_score: float) -> float:
     if new_score == compared_score:
         return 0.5
     return 1.0 if new_score > compared_score else 0.0
-
-
-@dataclass(frozen=True)
-class Agreement:
-    """How many of the people's pairs (chosen over rejected) a reward model orders the same way."""
-
-    agreed: int
-    pairs: int
-
-    @property
-    def share(self) -> float:
-        return self.agreed / self.pairs
-
-    @property
-    def text(self) -> str:
-        return f"{round(100 * self.share)} % of {self.pairs} pairs"
-
-
-def agreement(pairs: Iterable[tuple[float, float]]) -> Agreement | None:
-    """From (chosen's score, rejected's score) per human pair: the share the scores order alike (a tie does not);
-    None when there is no pair."""
-    scored = list(pairs)
-    if not scored:
-        return None
-    return Agreement(agreed=sum(1 for chosen, rejected in scored if chosen > rejected), pairs=len(scored))

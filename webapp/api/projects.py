@@ -116,6 +116,41 @@ class ProjectDetail(ProjectOut):
     agreement: Agreement
 
 
+class HumanAgreementOut(Schema):
+    items: int = Field(..., description="Items both the source and annotators answered.")
+    answers: int = Field(..., description="Annotators' answers compared (skips, held-back answers and answers "
+                                          "that accepted a suggestion left out).")
+    left_out: int = Field(..., description="Answers to these items left out because they accepted a suggestion.")
+    pairs: int = Field(..., description="The answers' strict preferences (responses in different tiers) compared.")
+    agreed: int = Field(..., description="Of them, those the source orders the same way.")
+    tied: int = Field(..., description="Of them, those the source ties (counted as not agreeing).")
+    accuracy: float | None = Field(..., description="agreed / pairs; null without a pair.")
+    low: float | None = Field(..., description="The accuracy's 95 % Wilson interval, lower bound.")
+    high: float | None
+    kendall_tau: float | None = Field(..., description="Kendall's tau-b between the source and each answer, "
+                                                       "averaged over the answers where it is defined.")
+    tau_answers: int = Field(..., description="The answers that mean is over.")
+
+
+class SourceAgreementOut(Schema):
+    agent: str = Field(..., description="The suggestion source, as its suggestions name it.")
+    suggested_items: int
+    agreement: HumanAgreementOut
+    position_bias: float | None = Field(..., description="A judge's latest suggestions job: the share of its "
+                                                         "comparisons that the order of the responses decided.")
+    judge_comparisons: int | None
+
+
+class RoundSuggestionAgreement(Schema):
+    round: int = Field(..., description="The round's number in the project.")
+    sources: list[SourceAgreementOut]
+
+
+class SuggestionAgreementOut(Schema):
+    sources: list[SourceAgreementOut] = Field(..., description="Over every item of the project.")
+    rounds: list[RoundSuggestionAgreement] = Field(..., description="Over each round's items.")
+
+
 class Member(Schema):
     username: str
     role: str
@@ -173,6 +208,28 @@ def project_detail(request: HttpRequest, project_id: int) -> dict:
                       "pairwise_agreement": progress.pairwise_agreement, "krippendorff_alpha": progress.alpha,
                       "annotators": progress.annotators},
     }
+
+
+@router.get("/{project_id}/suggestions/agreement", response={200: SuggestionAgreementOut, 404: Detail},
+            summary="Suggestion sources against the annotators")
+@researcher_only
+def suggestion_agreement(request: HttpRequest, project_id: int) -> dict:
+    """Per suggestion source (agent): its agreement with the annotators over the items both answered, for the
+    project and per round; the project page's Suggestions card and Rounds card show the same figures."""
+    project = project_or_404(request, project_id)
+    return {"sources": [_source_agreement(source) for source in selectors.suggestion_agreements(project)],
+            "rounds": [{"round": number, "sources": [_source_agreement(source) for source in sources]}
+                       for number, sources in selectors.round_suggestion_agreements(project).items()]}
+
+
+def _source_agreement(source: selectors.SourceAgreement) -> dict:
+    measured = source.agreement
+    return {"agent": source.agent, "suggested_items": source.suggested_items, "position_bias": source.position_bias,
+            "judge_comparisons": source.judge_job.judge_comparisons if source.judge_job else None,
+            "agreement": {"items": measured.items, "answers": measured.answers, "left_out": measured.left_out,
+                          "pairs": measured.pairs, "agreed": measured.agreed, "tied": measured.tied,
+                          "accuracy": measured.accuracy, "low": measured.low, "high": measured.high,
+                          "kendall_tau": measured.tau, "tau_answers": measured.tau_answers}}
 
 
 @router.get("/{project_id}/members", response={200: list[Member], 404: Detail}, summary="A project's members")

@@ -53,21 +53,28 @@ DISPUTED_PAIR_COUNTS = {"all": 14, "majority": 5, "drop_conflicts": 4, "annotato
 
 def make_disputed_project(*, owner: User | None = None) -> Project:
     """Two items of three responses, ranked by three annotators who disagree (DISPUTED_RANKINGS)."""
-    from webapp.annotation.selectors import responses_shown
-
     annotators = make_annotators(3)
     project = make_project(items=2, overlap=3, texts=[["a", "b", "c"], ["d", "e", "f"]], members=annotators,
                            owner=owner, name="Disputed")
+    rank_as_told(project, annotators, DISPUTED_RANKINGS)
+    return project
+
+
+def rank_as_told(project: Project, annotators: list[User],
+                 rankings: dict[str, dict[str, list[list[str]] | None]]) -> None:
+    """Each annotator ranks every item the queue gives them as `rankings[username][prompt text]` says (response
+    texts, best tier first), or skips it where that is None."""
+    from webapp.annotation.selectors import responses_shown
+
     for annotator in annotators:
         while (lease := services.assignment_lease_next(project=project, annotator=annotator)) is not None:
-            tiers = DISPUTED_RANKINGS[annotator.username][lease.prompt.text]
+            tiers = rankings[annotator.username][lease.prompt.text]
             if tiers is None:
                 services.ranking_skip(assignment_id=lease.pk, annotator=annotator)
                 continue
             ids = {response.text: response.pk for response in responses_shown(prompt=lease.prompt, annotator=annotator)}
             services.ranking_submit(assignment_id=lease.pk, annotator=annotator,
                                     tiers=[[ids[text] for text in tier] for tier in tiers])
-    return project
 
 
 def add_round(project: Project, model: str, texts_per_prompt: dict[str, list[str]], **kwargs) -> Round:

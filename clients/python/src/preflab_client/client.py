@@ -171,6 +171,11 @@ class Client:
         """The project with its progress and agreement figures."""
         return self.get(f"projects/{project_id}")
 
+    def suggestion_agreement(self, project_id: int) -> dict:
+        """Per suggestion source: its agreement with the annotators (accuracy with its interval, tau-b, ties), over
+        the project and per round: {"sources": [...], "rounds": [{"round": n, "sources": [...]}]}."""
+        return self.get(f"projects/{project_id}/suggestions/agreement")
+
     def members(self, project_id: int) -> list[dict]:
         return self.get(f"projects/{project_id}/members")
 
