@@ -67,10 +67,12 @@ class ProjectForm(forms.ModelForm):
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)
         # no maxlength on the box: a browser would cut a longer paste short without a word
-        self.fields["guidelines"].help_text = (f"Markdown, shown to annotators on every annotate page (G). At most "
+        self.fields["guidelines"].help_text = (f"Markdown, shown to annotators before their first item and a key "
+                                               f"away (G) on every annotate page. At most "
                                                f"{GUIDELINES_MAX_CHARS:,} characters.")
-        # only the ratings mode reads the scale: a form sent without it keeps the project's (the default 1-5)
-        for name in ("rating_min", "rating_max"):
+        # only the ratings mode reads the scale, and the suggestion settings have defaults: a form sent without
+        # them keeps the project's
+        for name in ("rating_min", "rating_max", "suggestions_display", "queue_order"):
             self.fields[name].required = False
         if self.instance.pk:
             reordering = uncertainty_reordering(self.instance)
@@ -110,6 +112,12 @@ class ProjectForm(forms.ModelForm):
     def clean_rating_min(self) -> int:
         value = self.cleaned_data["rating_min"]
         return self.instance.rating_min if value is None else value
+
+    def clean_suggestions_display(self) -> str:
+        return self.cleaned_data["suggestions_display"] or self.instance.suggestions_display
+
+    def clean_queue_order(self) -> str:
+        return self.cleaned_data["queue_order"] or self.instance.queue_order
 
     def clean_rating_max(self) -> int:
         value = self.cleaned_data["rating_max"]
