@@ -73,7 +73,7 @@ def item_suggestion(
 
 def _tiers_suggestion(row: Suggestion, shown: Sequence[int]) -> ItemSuggestion | None:
     tiers = _shown_tiers(row.value, set(shown))
-    if not tiers:
+    if sum(len(tier) for tier in tiers) < 2:  # a ranking of one response suggests nothing
         return None
     complete = sorted(response for tier in tiers for response in tier) == sorted(shown)
     return ItemSuggestion(agent=row.agent, confidence=row.score, tiers=tiers, parts={(None, ""): row.pk},

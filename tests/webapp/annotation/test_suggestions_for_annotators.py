@@ -253,3 +253,21 @@ def test_a_project_without_guidelines_goes_straight_to_the_item(annotator_client
     project = make_project(items=1, responses=2, members=[annotator], guidelines="  \n")
     page = annotator_client.get(f"/annotate/{project.pk}/").content.decode()
     assert 'id="guidelines-first"' not in page and "Question 0?" in page
+
+
+def test_the_api_records_an_accepted_suggestion_as_the_page_does(annotator, client):
+    from tests.webapp.api.conftest import ApiClient
+    from webapp.accounts.services import api_token_create
+
+    api = ApiClient(client, api_token_create(user=annotator, name="tests")[1])
+    project = make_project(items=2, responses=2, members=[annotator])
+    first, second = Prompt.objects.filter(project=project).order_by("id")
+    a, b = (response.pk for response in responses_shown(prompt=first, annotator=annotator))
+    row = _suggest(first, [[b], [a]])
+    accepted = api.post(f"/items/{first.pk}/ranking", {"ranking": [b, a], "suggestion": row.pk})
+    assert accepted.status_code == 200 and Ranking.objects.get(prompt=first).suggestion_id == row.pk
+    refused = api.post(f"/items/{second.pk}/ranking", {"ranking": [r.pk for r in second.responses.all()],
+                                                       "suggestion": row.pk})
+    assert refused.status_code == 409 and refused.json()["detail"].startswith(
+        f"suggestion: suggestion {row.pk} is not one of this item's")
+    assert not Ranking.objects.filter(prompt=second).exists()
