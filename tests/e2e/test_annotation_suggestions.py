@@ -54,6 +54,22 @@ def test_a_ranking_suggestion_accepted_with_m(watched_page, live_server, annotat
     assert first.tiers == [[c], [a], [b]] and first.suggestion_id == rows[first.prompt_id].pk
     assert first.pairs.count() == 3
 
+    # Back reopens the accepted answer as usual; changed (B and A swapped) and submitted, it has no origin
+    page.keyboard.press("Backspace")
+    page.wait_for_selector("#reopened-note")
+    page.wait_for_function("document.getElementById('annotate-item')?.dataset.ready === '1'")
+    assert page.locator(f".response[data-response-id='{a}'] .rank-input").input_value() == "2"
+    page.locator(f".response[data-response-id='{b}']").focus()
+    page.keyboard.press("2")
+    page.locator(f".response[data-response-id='{a}']").focus()
+    page.keyboard.press("3")
+    page.keyboard.press("Enter")
+    wait_ranked(page, 1)
+    page.wait_for_selector("#reopened-note", state="detached")
+    page.wait_for_function("document.getElementById('annotate-item')?.dataset.ready === '1'")
+    first.refresh_from_db()
+    assert first.tiers == [[c], [b], [a]] and first.suggestion_id is None
+
     # the next item: answered by the annotator's own ranks, not the suggestion's, so no origin
     a, b, c = _shown(page)
     for card, rank in ((a, "1"), (b, "2"), (c, "3")):
