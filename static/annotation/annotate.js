@@ -31,6 +31,9 @@
 
   function remember() {
     undoStack.push(snapshot());
+    // a change made after accepting the machine's suggestion makes the answer the annotator's own
+    const accepted = form()?.elements.suggestion;
+    if (accepted) accepted.value = "";
   }
 
   function restore(state) {
@@ -73,6 +76,25 @@
     if (!input) return;
     input.value = choice;
     $$(".choice", item).forEach((button) => button.classList.toggle("selected", button.dataset.choice === choice));
+    send();
+  }
+
+  // M: the machine's suggestion (the banner's, for every response) filled into the controls and submitted. The
+  // posted suggestion id lets the server record the answer's origin, which it does only when the answer is the
+  // suggestion unchanged.
+  function acceptSuggestion() {
+    const banner = item && $("#suggestion", item);
+    const target = form();
+    if (!banner || !target || !banner.dataset.complete || target.dataset.sent) return;
+    remember();
+    const fill = JSON.parse(banner.dataset.fill);
+    Object.entries(fill).forEach(([name, value]) => {
+      const field = target.elements[name];
+      if (field) field.value = value;
+    });
+    $$(".choice", item).forEach((button) => button.classList.toggle("selected", button.dataset.choice === fill.choice));
+    refresh();
+    target.elements.suggestion.value = banner.dataset.suggestion;
     send();
   }
 
@@ -211,6 +233,9 @@
     $$(".diff-pick", item).forEach((button) => button.addEventListener("click", () => pickForDiff(button.closest(".response"))));
     $$(".choice", item).forEach((button) => button.addEventListener("click", () => choose(button.dataset.choice)));
     $("#undo-button", item)?.addEventListener("click", undo);
+    $("#accept-suggestion", item)?.addEventListener("click", acceptSuggestion);
+    const start = $("#start-button", item);
+    if (start) { start.focus(); return; } // the guidelines before the first item: no item's controls yet
     mode().setUp?.();
     home()?.focus();
   }
@@ -245,6 +270,12 @@
     if (!item.isConnected) return;
     const card = focused();
     const handled = (() => {
+      const start = $("#start-button", item);
+      if (start) {
+        if (key === "Enter") start.click();
+        return key === "Enter";
+      }
+      if (key.toLowerCase() === "m") { acceptSuggestion(); return true; }
       if (mode().key?.(event, card)) return true;
       const choice = mode().choiceKeys?.[key.toLowerCase()];
       if (choice) { choose(choice); return true; }

@@ -16,8 +16,10 @@ from webapp.annotation.services import (
     rating_aspects_check,
     rating_scale_check,
 )
+from webapp.annotation.suggestions import uncertainty_reordering
 from webapp.experiments.models import ModelRef
 from webapp.experiments.selectors import models_offered
+from webapp.text import counted
 from webapp.text_bounds import GUIDELINES_MAX_CHARS
 from webapp.uploads import limit_text
 
@@ -62,10 +64,19 @@ class ProjectForm(forms.ModelForm):
     class Meta:
         model = Project
         fields = ["name", "mode", "guidelines", "responses_per_item", "annotators_per_item", "lease_minutes",
-                  "rating_aspects", "rating_min", "rating_max", "members",
+                  "rating_aspects", "rating_min", "rating_max", "suggestions_display", "queue_order", "members",
                   "gold_rate", "gold_onboarding", "gold_min_answers", "gold_min_accuracy", "fast_answer_seconds"]
-        labels = {"rating_min": "Lowest rating", "rating_max": "Highest rating"}
-        help_texts = {"rating_max": "Ratings mode: the scale, within 0–10 and at most 10 values (one digit key "
+        labels = {"rating_min": "Lowest rating", "rating_max": "Highest rating",
+                  "suggestions_display": "Machine suggestions", "queue_order": "Queue order"}
+        help_texts = {
+            "suggestions_display": "Suggestions from a reward model or a judge (or imported), marked as a machine's "
+                                   "with their source and confidence, never filled in: an annotator accepts one with "
+                                   "M. “After the annotator answers” shows, above the next item, what the machine "
+                                   "had suggested for the last one.",
+            "queue_order": "Least confident suggestion first: among items with as many answers, those whose "
+                           "suggestion is least confident come first, items without a suggestion last. The "
+                           "project page says how many open items this moves.",
+            "rating_max": "Ratings mode: the scale, within 0–10 and at most 10 values (one digit key "
                                     "each; 0 gives 10 on a scale that reaches 10)."}
         widgets = {
             "guidelines": forms.Textarea(attrs={"rows": 6, "placeholder": "Markdown"}),
@@ -78,11 +89,18 @@ class ProjectForm(forms.ModelForm):
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)
         # no maxlength on the box: a browser would cut a longer paste short without a word
-        self.fields["guidelines"].help_text = (f"Markdown, shown to annotators on every annotate page (G). At most "
+        self.fields["guidelines"].help_text = (f"Markdown, shown to annotators before their first item and a key "
+                                               f"away (G) on every annotate page. At most "
                                                f"{GUIDELINES_MAX_CHARS:,} characters.")
-        # only the ratings mode reads the scale: a form sent without it keeps the project's (the default 1-5)
-        for name in ("rating_min", "rating_max"):
+        # only the ratings mode reads the scale, and the suggestion settings have defaults: a form sent without
+        # them keeps the project's
+        for name in ("rating_min", "rating_max", "suggestions_display", "queue_order"):
             self.fields[name].required = False
+        if self.instance.pk:
+            reordering = uncertainty_reordering(self.instance)
+            self.fields["queue_order"].help_text += (f" Now it would reorder {reordering.moved} of "
+                                                     f"{counted(reordering.open_items, 'open item')} "
+                                                     f"({reordering.percent} %).")
         if self.instance.pk and not self.is_bound:
             self.initial["rating_aspects"] = "\n".join(
                 f"{aspect['name']}: {aspect['description']}" if aspect.get("description") else aspect["name"]
@@ -116,6 +134,12 @@ class ProjectForm(forms.ModelForm):
     def clean_rating_min(self) -> int:
         value = self.cleaned_data["rating_min"]
         return self.instance.rating_min if value is None else value
+
+    def clean_suggestions_display(self) -> str:
+        return self.cleaned_data["suggestions_display"] or self.instance.suggestions_display
+
+    def clean_queue_order(self) -> str:
+        return self.cleaned_data["queue_order"] or self.instance.queue_order
 
     def clean_rating_max(self) -> int:
         value = self.cleaned_data["rating_max"]

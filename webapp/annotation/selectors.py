@@ -394,6 +394,14 @@ def own_ranked_count(*, project: Project, user: AbstractBaseUser) -> int:
     return Ranking.objects.filter(prompt__project=project, annotator=user, skipped=False).count()
 
 
+def guidelines_first(*, project: Project, user: AbstractBaseUser) -> bool:
+    """Whether the annotate page shows the project's guidelines before an item: the project has guidelines and the
+    user has not answered (nor skipped) any of its items yet."""
+    if is_blank(project.guidelines):
+        return False
+    return not Ranking.objects.filter(prompt__project=project, annotator=user).exists()
+
+
 def previous_answer(*, project: Project, user: AbstractBaseUser) -> Ranking | None:
     """The user's latest answer (ranking or skip) in the project that Back may reopen: given within the project's
     lease time (services.ranking_withdraw holds the same rule) and not reopened already, so a second Back reopens

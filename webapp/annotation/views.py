@@ -26,7 +26,7 @@ from django.views.decorators.http import require_POST
 from django_htmx.http import reswap, retarget
 
 from webapp.accounts.roles import annotator_required, researcher_required
-from webapp.annotation import exporting, gold, selectors, services
+from webapp.annotation import exporting, gold, selectors, services, suggestions
 from webapp.annotation.feedback import DEFAULT_BINARIZATION, DEFAULT_SEED
 from webapp.annotation.forms import NO_COMPARISON, ExportForm, ImportForm, ProjectForm, SamplingForm
 from webapp.annotation.importing import ImportFileError, format_from_name
@@ -89,8 +89,12 @@ def _answer_from_ranking(project: Project, ranking: Ranking, shown: list[int]) -
 
 def _item_context(
     request: HttpRequest, project: Project, *, assignment: Assignment | None = None, error: str = "",
-    answer: _ShownAnswer | None = None,
+    answer: _ShownAnswer | None = None, guidelines_first: bool = False,
 ) -> dict:
+    if guidelines_first:
+        # the guidelines before the first item: no item is leased until the annotator starts
+        return {"project": project, "mode": annotation_mode(project.mode), "guidelines_first": True,
+                "guidelines_html": render_markdown(project.guidelines), "ranked": 0}
     if assignment is None:
         assignment = services.assignment_lease_next(project=project, annotator=request.user)
     if answer is None or assignment is None or answer.assignment_id != assignment.pk:
@@ -112,6 +116,11 @@ def _item_context(
         ]
         context["prompt_html"] = render_markdown(assignment.prompt.text)
         context["prompt_turns"] = _turns(assignment.prompt)
+        if project.suggestions_display == Project.SuggestionDisplay.SHOWN:
+            _add_suggestion(context, project, assignment.prompt_id, [response.pk for response in responses])
+    if project.suggestions_display == Project.SuggestionDisplay.AFTER_ANSWER:
+        context["last_beside_suggestion"] = suggestions.last_answer_beside_suggestion(project=project,
+                                                                                      user=request.user)
     context["answer"] = answer
     context["pause"] = pause = selectors.annotator_latest_pause(project=project, annotator=request.user)
     context["ranked"] = selectors.own_ranked_count(project=project, user=request.user)
@@ -121,6 +130,23 @@ def _item_context(
     return context
 
 
+def _add_suggestion(context: dict, project: Project, prompt_id: int, shown: list[int]) -> None:
+    """The item's machine suggestion, marked as a machine's: a banner (agent, confidence, what it suggests, the
+    key that accepts it) and a mark on each response; the controls stay empty until it is accepted."""
+    suggestion = suggestions.item_suggestion(project=project, prompt_id=prompt_id, shown=shown)
+    if suggestion is None:
+        return
+    context["suggestion"] = {
+        "id": suggestion.newest_id, "agent": suggestion.agent or "an unnamed source",
+        "confidence": suggestion.confidence, "complete": suggestion.complete,
+        "text": suggestions.suggestion_text(project, suggestion, shown),
+        "fill": suggestions.suggestion_fill_json(project, suggestion, shown),
+    }
+    marks = suggestions.response_marks(project, suggestion)
+    for response in context["responses"]:
+        response["suggested"] = marks.get(response["id"], "")
+
+
 def _turns(prompt: Prompt) -> list[dict]:
     """A conversation's turns, each with its role, for the page; none for a text prompt."""
     return [{"role": message["role"], "html": render_markdown(message["content"])} for message in prompt.messages or ()]
@@ -128,9 +154,10 @@ def _turns(prompt: Prompt) -> list[dict]:
 
 def _render_item(
     request: HttpRequest, project: Project, *, assignment: Assignment | None = None, error: str = "",
-    answer: _ShownAnswer | None = None, gold_note: str | None = None,
+    answer: _ShownAnswer | None = None, gold_note: str | None = None, guidelines_first: bool = False,
 ) -> HttpResponse:
-    context = _item_context(request, project, assignment=assignment, error=error, answer=answer)
+    context = _item_context(request, project, assignment=assignment, error=error, answer=answer,
+                            guidelines_first=guidelines_first)
     context["gold_note"] = gold_note
     if request.htmx:
         return render(request, "annotation/annotate.html#item", context)
@@ -149,7 +176,12 @@ def _refused(request: HttpRequest, project: Project, message: str, answer: _Show
 
 @annotator_required
 def annotate(request: HttpRequest, project_id: int) -> HttpResponse:
-    return _render_item(request, _project(request, project_id))
+    """The annotator's current item; before their first answer in the project, its guidelines (if it has any)
+    with a Start button (`?start=1` then shows the item)."""
+    project = _project(request, project_id)
+    guidelines_first = request.GET.get("start") != "1" and selectors.guidelines_first(project=project,
+                                                                                      user=request.user)
+    return _render_item(request, project, guidelines_first=guidelines_first)
 
 
 def _seconds(post: QueryDict) -> float:
@@ -157,6 +189,17 @@ def _seconds(post: QueryDict) -> float:
         return float(post.get("seconds", "0"))
     except ValueError:
         return 0.0
+
+
+def _accepted_suggestion_id(post: QueryDict) -> int | None:
+    """The suggestion the annotator accepted with its key (the page posts its id), None when they answered."""
+    value = post.get("suggestion", "")
+    if not value:
+        return None
+    number = whole_number(value)
+    if number is None:
+        raise ValidationError(f"suggestion: a suggestion number is expected, not {value[:40]!r}")
+    return number
 
 
 def _answer_item(request: HttpRequest, assignment_id: int, write: Callable[[Project], object]) -> HttpResponse:
@@ -189,6 +232,7 @@ def annotate_submit(request: HttpRequest, assignment_id: int) -> HttpResponse:
         return services.ranking_submit(
             assignment_id=assignment_id, annotator=request.user, **answer,
             rationale=request.POST.get("rationale", ""), seconds_spent=_seconds(request.POST),
+            suggestion_id=_accepted_suggestion_id(request.POST),
         )
 
     return _answer_item(request, assignment_id, submit)
@@ -270,6 +314,7 @@ def _detail_context(request: HttpRequest, project: Project) -> dict:
         "pauses": selectors.project_pauses(project),
         "gold_count": selectors.gold_count(project),
         "data": selectors.project_data(project),
+        "reordering": suggestions.uncertainty_reordering(project),
         "jobs": jobs,
         "rounds": selectors.round_rows(project),
         "reward_runs": selectors.reward_model_runs(request.user),

@@ -84,6 +84,10 @@ class RankingIn(BodyIn):
                     "aspect of the project.")
     all_bad: bool = Field(False, description="None of the responses is acceptable: no pair is made.")
     rationale: str = Field("", max_length=RATIONALE_MAX_CHARS)
+    suggestion: WholeNumber | None = Field(
+        None, description="The id of the item's machine suggestion this answer accepts: recorded as the answer's "
+                          "origin when the answer is that suggestion unchanged (the project must show suggestions "
+                          "while annotating).")
 
 
 class RankingOut(AnswerOut):
@@ -187,7 +191,8 @@ def ranking_submit(request: HttpRequest, item_id: int, body: RankingIn) -> dict[
         _ranking_check(tiers, prompt=prompt, request=request, all_bad=body.all_bad)
     try:
         result = services.api_ranking_submit(prompt_id=prompt.pk, annotator=request.auth, tiers=tiers,
-                                             all_bad=body.all_bad, labels=labels, rationale=body.rationale)
+                                             all_bad=body.all_bad, labels=labels, rationale=body.rationale,
+                                             suggestion_id=body.suggestion)
     except ValidationError as error:
         raise HttpError(409, "; ".join(error.messages)) from None
     return {**_answer_out(result.ranking), "item": prompt.pk, "changed": result.changed}

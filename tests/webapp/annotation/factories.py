@@ -18,10 +18,12 @@ def make_project(
     owner: User | None = None,
     name: str = "Test project",
     texts: list[list[str]] | None = None,
+    guidelines: str = "",
 ) -> Project:
+    """Without guidelines by default: with them, an annotator's first visit shows them before the first item."""
     project = services.project_create(
         name=name, mode=mode, responses_per_item=responses, annotators_per_item=overlap,
-        guidelines="Prefer **correct** answers.", members=members or [], owner=owner,
+        guidelines=guidelines, members=members or [], owner=owner,
     )
     rows = texts or [[f"answer {item}-{index}" for index in range(responses)] for item in range(items)]
     records = [

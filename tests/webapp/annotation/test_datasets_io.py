@@ -87,7 +87,7 @@ def _ranked(researcher, *, conversational: bool = False) -> Project:
     `conversational`."""
     (annotator,) = make_annotators(1)
     project = make_project(items=2, texts=[["4", "5", "22"], ["Rome", "Milan", "Turin"]], members=[annotator],
-                           owner=researcher, name="Ranked")
+                           owner=researcher, name="Ranked", guidelines="Prefer **correct** answers.")
     if conversational:
         for prompt in Prompt.objects.filter(project=project):
             prompt.messages = [ASK, {"role": "user", "content": prompt.text}]

@@ -60,12 +60,13 @@ def _lease_for_api(prompt: Prompt, annotator: AbstractBaseUser) -> Assignment:
 
 def api_ranking_submit(
     *, prompt_id: int, annotator: AbstractBaseUser, tiers: Sequence[Sequence[int]] = (), all_bad: bool = False,
-    labels: Labels | None = None, rationale: str = "",
+    labels: Labels | None = None, rationale: str = "", suggestion_id: int | None = None,
 ) -> ApiRankingResult:
     """Store `annotator`'s ranking of the item (tiers of response ids, best first; a tier of several is a tie),
     or in a labels mode their labels ({response id: {aspect: value}}, as `ranking_submit` takes them).
     The same answer again writes nothing; a different one replaces the stored answer as the page's Back and
-    submit do (within the project's lease time from the answer). All or nothing."""
+    submit do (within the project's lease time from the answer). All or nothing. `suggestion_id`: the item's
+    suggestion the answer accepts, as `ranking_submit` takes it."""
     with transaction.atomic():
         prompt = Prompt.objects.select_for_update().select_related("project").get(pk=prompt_id)
         existing = Ranking.objects.filter(prompt=prompt, annotator=annotator).first()
@@ -77,5 +78,5 @@ def api_ranking_submit(
         else:
             assignment_id = _lease_for_api(prompt, annotator).pk
         ranking = ranking_submit(assignment_id=assignment_id, annotator=annotator, tiers=tiers, all_bad=all_bad,
-                                 labels=labels, rationale=rationale)
+                                 labels=labels, rationale=rationale, suggestion_id=suggestion_id)
     return ApiRankingResult(ranking, changed=True)

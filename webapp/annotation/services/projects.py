@@ -23,6 +23,8 @@ def project_create(
     rating_aspects: Sequence[dict[str, str]] = (),
     rating_min: int = 1,
     rating_max: int = 5,
+    suggestions_display: str = Project.SuggestionDisplay.SHOWN,
+    queue_order: str = Project.QueueOrder.LEAST_ANNOTATED,
     members: Sequence[AbstractBaseUser] = (),
     owner: AbstractBaseUser | None = None,
     # gold items and annotators' quality (services/quality.py)
@@ -37,6 +39,7 @@ def project_create(
     guidelines_check(guidelines)
     rating_aspects = rating_aspects_check(rating_aspects)
     rating_scale_check(rating_min, rating_max)
+    choices_check(suggestions_display=suggestions_display, queue_order=queue_order)
     project = Project.objects.create(
         name=name,
         owner=owner,
@@ -53,6 +56,8 @@ def project_create(
         gold_min_answers=gold_min_answers,
         gold_min_accuracy=gold_min_accuracy,
         fast_answer_seconds=fast_answer_seconds,
+        suggestions_display=suggestions_display,
+        queue_order=queue_order,
     )
     project.members.set(members)
     return project
@@ -67,12 +72,24 @@ def project_update(*, project: Project, members: Sequence[AbstractBaseUser], **f
     if "rating_aspects" in fields:
         fields["rating_aspects"] = rating_aspects_check(fields["rating_aspects"])
     rating_scale_check(fields.get("rating_min", project.rating_min), fields.get("rating_max", project.rating_max))
+    choices_check(**{name: str(fields[name]) for name in _SETTING_CHOICES if name in fields})
     for name, value in fields.items():
         setattr(project, name, value)
     project.full_clean()
     project.save()
     project.members.set(members)
     return project
+
+
+_SETTING_CHOICES = {"suggestions_display": Project.SuggestionDisplay, "queue_order": Project.QueueOrder}
+
+
+def choices_check(**settings: str) -> None:
+    """ValidationError naming the field when a setting with choices (suggestions_display, queue_order) is not one."""
+    for name, value in settings.items():
+        allowed = _SETTING_CHOICES[name].values
+        if value not in allowed:
+            raise ValidationError({name: f"{value!r} is not one of {', '.join(allowed)}"})
 
 
 def guidelines_check(guidelines: str) -> None:

@@ -13,12 +13,13 @@ from datetime import timedelta
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.db.models import Count, F, IntegerField, OuterRef, Q, Subquery, Value
+from django.db.models import Count, F, IntegerField, OuterRef, Q, QuerySet, Subquery, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from webapp.annotation.models import Assignment, Project, Prompt, Ranking
 from webapp.annotation.selectors import annotator_pause_blocking
+from webapp.annotation.suggestions import by_uncertainty, item_confidence
 
 _LEASE_ATTEMPTS = 20
 
@@ -42,6 +43,14 @@ def _others_holding(prompt: Prompt, annotator: AbstractBaseUser, now) -> int:
         .exclude(annotator=annotator)
         .count()
     )
+
+
+def _in_queue_order(candidates: QuerySet[Prompt], project: Project) -> QuerySet[Prompt]:
+    """The candidates (annotated with `load`) in the project's queue order: the least loaded first, then by id; in
+    the uncertainty order, the least confident suggestion first among equally loaded items."""
+    if project.queue_order == Project.QueueOrder.UNCERTAINTY:
+        return by_uncertainty(candidates.annotate(confidence=item_confidence(project)))
+    return candidates.order_by("load", "id")
 
 
 def assignment_lease_next(*, project: Project, annotator: AbstractBaseUser) -> Assignment | None:
@@ -70,7 +79,7 @@ def assignment_lease_next(*, project: Project, annotator: AbstractBaseUser) -> A
             return _lease(gold, annotator, project, now)
         refused: list[int] = []
         for _ in range(_LEASE_ATTEMPTS):
-            prompt = (
+            candidates = (
                 Prompt.objects.filter(
                     project=project, annotatable=True, response_count__gte=2, ranking_count__lt=overlap,
                     gold__isnull=True,
@@ -79,10 +88,8 @@ def assignment_lease_next(*, project: Project, annotator: AbstractBaseUser) -> A
                 .exclude(pk__in=refused)
                 .annotate(load=F("ranking_count") + Coalesce(_active_leases(now, excluding=annotator), Value(0)))
                 .filter(load__lt=overlap)
-                .order_by("load", "id")
-                .select_for_update(skip_locked=True, of=("self",))
-                .first()
             )
+            prompt = _in_queue_order(candidates, project).select_for_update(skip_locked=True, of=("self",)).first()
             if prompt is None:
                 return None
             # Counted again under the lock: the candidate query's snapshot may predate a lease just committed.

@@ -22,9 +22,10 @@ from webapp.annotation.models import (
     Prompt,
     Ranking,
     ResponseLabel,
+    Suggestion,
 )
 from webapp.annotation.modes import annotation_mode
-from webapp.annotation.modes.base import Labels
+from webapp.annotation.modes.base import Labels, Tiers
 from webapp.annotation.preferences import ranking_pairs
 from webapp.annotation.selectors import (
     annotator_pause_blocking,
@@ -34,6 +35,7 @@ from webapp.annotation.selectors import (
 )
 from webapp.annotation.services.quality import annotator_quality_check
 from webapp.annotation.services.queue import _locked_assignment, _others_holding
+from webapp.annotation.suggestions import ItemSuggestion, item_suggestion
 from webapp.text import counted
 from webapp.text_bounds import RATIONALE_MAX_CHARS
 
@@ -65,11 +67,16 @@ def ranking_submit(
     labels: Labels | None = None,
     rationale: str = "",
     seconds_spent: float = 0.0,
+    suggestion_id: int | None = None,
 ) -> Ranking:
     """Record an answer: a ranking (tiers of response ids, best first) in a tiers mode, labels ({response id:
     {aspect: value}}, checked by the project's mode) in a labels mode. On an item reopened by Back the new answer
     replaces the kept one (its pairs or labels too); otherwise submitting again returns the first answer and
-    writes nothing."""
+    writes nothing.
+
+    `suggestion_id`: the machine suggestion the annotator accepted (a row of this item's suggestion); the answer
+    records it as its origin (Ranking.suggestion, and ResponseLabel.suggestion on each label) only when the answer
+    is that suggestion unchanged."""
     if len(rationale) > RATIONALE_MAX_CHARS:
         raise ValidationError(
             f"rationale: {len(rationale):,} characters; at most {RATIONALE_MAX_CHARS:,} are kept. Shorten it and submit again."
@@ -110,16 +117,19 @@ def ranking_submit(
                 "your lease expired and this item has all the rankings it needs; skip it (S) to take the next one"
             )
         lease_seconds = (now - assignment.leased_at).total_seconds()
+        origin = _accepted_suggestion(project, prompt, order, suggestion_id, tiers=cleaned, labels=cleaned_labels,
+                                      all_bad=all_bad) if suggestion_id is not None else None
         answer = {
             "tiers": cleaned, "all_bad": all_bad, "skipped": False, "rationale": rationale.strip(),
             "seconds_spent": max(0.0, min(float(seconds_spent), lease_seconds)),
+            "suggestion_id": origin.newest_id if origin is not None else None,
         }
         ranking = _answer_store(assignment, prompt, annotator, existing, answer, now)
         if takes_a_place:
             Prompt.objects.filter(pk=prompt.pk).update(ranking_count=F("ranking_count") + 1)
         Assignment.objects.filter(pk=assignment.pk).update(status=Assignment.Status.SUBMITTED)
         if mode.gives_labels:
-            _store_labels(ranking, project, cleaned_labels)
+            _store_labels(ranking, project, cleaned_labels, origin.parts if origin is not None else {})
         elif not all_bad:
             _store_pairs(ranking, project)
         if is_gold:
@@ -127,10 +137,34 @@ def ranking_submit(
     return ranking
 
 
-def _store_labels(ranking: Ranking, project: Project, labels: Labels) -> None:
+def _accepted_suggestion(
+    project: Project, prompt: Prompt, order: list[int], suggestion_id: int, *, tiers: Tiers, labels: Labels,
+    all_bad: bool,
+) -> ItemSuggestion | None:
+    """The item's suggestion the annotator accepted, when the answer is exactly it; None when they changed it.
+    A suggestion the annotator could not have been shown (another item's, or a project that does not show them
+    while annotating) is refused."""
+    if project.suggestions_display != Project.SuggestionDisplay.SHOWN:
+        raise ValidationError(f"suggestion: this project does not show suggestions while annotating (its setting: "
+                              f"{project.get_suggestions_display_display().lower()}); none can be accepted")
+    row = Suggestion.objects.filter(pk=suggestion_id).first()
+    if row is None or row.prompt_id != prompt.pk:
+        raise ValidationError(f"suggestion: suggestion {suggestion_id} is not one of this item's (item "
+                              f"{prompt.external_id!r})")
+    suggestion = item_suggestion(project=project, prompt_id=prompt.pk, shown=order, source_of=row)
+    if suggestion is None or not suggestion.complete or all_bad:
+        return None
+    unchanged = suggestion.labels == labels if labels else suggestion.tiers == [sorted(tier) for tier in tiers]
+    return suggestion if unchanged else None
+
+
+def _store_labels(ranking: Ranking, project: Project, labels: Labels,
+                  origins: dict[tuple[int | None, str], int]) -> None:
+    """`origins`: (response, aspect) -> the suggestion row a label was accepted from."""
     ResponseLabel.objects.bulk_create(
         ResponseLabel(project=project, prompt_id=ranking.prompt_id, response_id=response, ranking=ranking,
-                      annotator_id=ranking.annotator_id, aspect=aspect, value=value)
+                      annotator_id=ranking.annotator_id, aspect=aspect, value=value,
+                      suggestion_id=origins.get((response, aspect)))
         for response, given in labels.items() for aspect, value in given.items()
     )
 
@@ -159,7 +193,8 @@ def ranking_skip(*, assignment_id: int, annotator: AbstractBaseUser) -> Ranking:
         if existing is not None and not _reopened(assignment, existing):
             return existing
         frees_a_place = existing is not None and not existing.skipped
-        answer = {"tiers": [], "all_bad": False, "skipped": True, "rationale": "", "seconds_spent": 0.0}
+        answer = {"tiers": [], "all_bad": False, "skipped": True, "rationale": "", "seconds_spent": 0.0,
+                  "suggestion_id": None}
         ranking = _answer_store(assignment, prompt, annotator, existing, answer, timezone.now())
         if frees_a_place:
             Prompt.objects.filter(pk=prompt.pk).update(ranking_count=F("ranking_count") - 1)

@@ -228,21 +228,26 @@ class Client:
         return self.pages(f"projects/{project_id}/items")
 
     def submit_ranking(self, item_id: int, ranking: Iterable[int | Iterable[int]], rationale: str | None = None, *,
-                       all_bad: bool = False) -> dict:
+                       all_bad: bool = False, suggestion: int | None = None) -> dict:
         """Rank an item as this token's user, as the annotation page does: `ranking` is response ids best first,
         a list of ids in it a tie ([12, [14, 13], 15]). Sending the same answer again writes nothing
-        (`changed` False); a different one replaces yours. → {id, item, tiers, all_bad, rationale, changed}."""
+        (`changed` False); a different one replaces yours. `suggestion`: the id of the item's machine suggestion
+        this answer accepts (recorded as its origin when the answer is that suggestion unchanged).
+        → {id, item, tiers, all_bad, rationale, changed}."""
         body: dict[str, Any] = {
             "ranking": [entry if isinstance(entry, int) else list(entry) for entry in ranking], "all_bad": all_bad}
         if rationale is not None:
             body["rationale"] = rationale
+        if suggestion is not None:
+            body["suggestion"] = suggestion
         return self.post(f"items/{item_id}/ranking", body)
 
     def submit_labels(self, item_id: int, labels: Mapping[int, float | Mapping[str, float]],
-                      rationale: str | None = None) -> dict:
+                      rationale: str | None = None, *, suggestion: int | None = None) -> dict:
         """Label an item of a thumbs or ratings project as this token's user, as the annotation page does: thumbs
         {response id: 1 (up) or 0 (down)}, ratings {response id: {aspect: rating}}, every response shown (and
         aspect). The same answer again writes nothing (`changed` False); a different one replaces yours.
+        `suggestion`: as submit_ranking's (any row of the item's suggestion names it).
         → {id, item, labels: [{response, aspect, value}], rationale, changed, ...}."""
         rows = [{"response": response, "aspect": aspect, "value": value}
                 for response, given in labels.items()
@@ -250,6 +255,8 @@ class Client:
         body: dict[str, Any] = {"labels": rows}
         if rationale is not None:
             body["rationale"] = rationale
+        if suggestion is not None:
+            body["suggestion"] = suggestion
         return self.post(f"items/{item_id}/ranking", body)
 
     def pairs(self, project_id: int, *, format: str | None = "standard", strategy: str = "all",
