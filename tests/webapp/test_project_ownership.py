@@ -91,7 +91,8 @@ def _pages(w: World) -> dict[str, list[tuple[str, str, dict]]]:
     project, run = w.project.pk, w.project_run.pk
     annotation = {name: [("GET", reverse(f"annotation:{name}", args=[project]), {})]
                   for name in ("annotate", "project_detail", "project_progress", "project_rounds", "project_data",
-                               "project_items", "project_files", "project_delete_confirm")}
+                               "project_items", "project_files", "project_delete_confirm",
+                               "project_suggestion_agreement")}
     exports = [("GET", reverse("annotation:project_export", args=[project, kind]), {})
                for kind in ("pairs.jsonl", "pairs.csv", "rankings.jsonl", "dataset.zip", "unpaired.jsonl",
                             "unpaired.csv", "labels.jsonl")]
@@ -274,6 +275,7 @@ def _api_operations(w: World, *, project: object, run: object, prompt: object, u
         ("GET", f"/api/v1/projects/{project}/rankings", None),
         ("GET", f"/api/v1/projects/{project}/pairs", None),
         ("GET", f"/api/v1/projects/{project}/unpaired", None),
+        ("GET", f"/api/v1/projects/{project}/suggestions/agreement", None),
         ("POST", f"/api/v1/projects/{project}/records", [{"prompt": "planted"}]),
         ("POST", f"/api/v1/prompts/{prompt}/responses", {"texts": ["planted"]}),
         ("GET", f"/api/v1/runs/{run}", None),
