@@ -200,9 +200,10 @@ class SamplingForm(forms.Form):
 
 
 def aggregation_choices(annotators: list[str]) -> list[tuple[str, str]]:
-    """The aggregations a project offers: the three rules, then one annotator's pairs for each annotator."""
+    """The aggregations a project offers: the four rules, then one annotator's pairs for each annotator."""
     return [("all", "all pairs (every annotator's)"), ("majority", "majority (one row a pair, ties dropped)"),
-            ("drop_conflicts", "drop conflicts (one row a pair all agree on)")] + [
+            ("drop_conflicts", "drop conflicts (one row a pair all agree on)"),
+            ("resolved", "resolved only (unanimous, majority and adjudicated items)")] + [
         (f"{ANNOTATOR_PREFIX}{name}", f"only {name}'s pairs") for name in annotators]
 
 

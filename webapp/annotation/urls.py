@@ -1,6 +1,6 @@
 from django.urls import path
 
-from webapp.annotation import removal_views, views
+from webapp.annotation import adjudication_views, removal_views, views
 
 app_name = "annotation"
 
@@ -26,6 +26,9 @@ urlpatterns = [
     path("projects/<int:project_id>/delete/", removal_views.project_delete_confirm, name="project_delete_confirm"),
     path("projects/<int:project_id>/delete/confirmed/", removal_views.project_delete_view, name="project_delete"),
     path("projects/<int:project_id>/items/<int:prompt_id>/", views.project_item, name="project_item"),
+    path("projects/<int:project_id>/adjudication/", adjudication_views.adjudication, name="adjudication"),
+    path("projects/<int:project_id>/adjudication/<int:prompt_id>/", adjudication_views.adjudication_decide,
+         name="adjudication_decide"),
     path("projects/<int:project_id>/sample/", views.sampling_create, name="sampling_create"),
     path("projects/<int:project_id>/export/<str:kind>/", views.project_export, name="project_export"),
     path("sampling/<int:job_id>/", views.sampling_job_status, name="sampling_job_status"),

@@ -264,6 +264,7 @@ def _detail_context(request: HttpRequest, project: Project) -> dict:
         "rounds": selectors.round_rows(project),
         "reward_runs": selectors.reward_model_runs(request.user),
         "import_jobs": import_jobs,
+        "adjudication_count": len(selectors.adjudication_queue(project)),
         "import_form": ImportForm(),
         "sampling_form": SamplingForm(initial={"responses_per_prompt": project.responses_per_item}, user=request.user,
                                       rounds=list(selectors.project_rounds(project))),
