@@ -10,6 +10,7 @@ from django.contrib import messages
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from webapp.accounts.roles import researcher_required
@@ -28,9 +29,10 @@ def _project(request: HttpRequest, project_id: int) -> Project:
 @researcher_required
 def adjudication(request: HttpRequest, project_id: int) -> HttpResponse:
     project = _project(request, project_id)
-    queue, decided = selectors.adjudication_items(project)
+    item = request.GET.get("item", "")
+    focus = get_object_or_404(Prompt, pk=int(item), project=project) if item.isdigit() else None
     return render(request, "annotation/adjudication.html", {
-        "project": project, "queue": queue, "decided": decided, "aspects": project.aspects,
+        "project": project, "page": selectors.adjudication_page(project, focus=focus), "aspects": project.aspects,
         "gives_labels": annotation_mode(project.mode).gives_labels})
 
 
@@ -75,4 +77,5 @@ def adjudication_decide(request: HttpRequest, project_id: int, prompt_id: int) -
         messages.error(request, f"Item {prompt.external_id}: {' '.join(error.messages)}")
     else:
         messages.success(request, f"Item {prompt.external_id} decided.")
-    return redirect("annotation:adjudication", project_id=project.pk)
+    target = reverse("annotation:adjudication", kwargs={"project_id": project.pk})
+    return redirect(f"{target}?item={prompt.pk}" if request.POST.get("focus") else target)

@@ -1212,10 +1212,15 @@ def item_label_sources(*, project_id: int) -> dict[int, str]:
     return {prompt_id: standing.source for prompt_id, standing in item_standings(project_id=project_id).items()}
 
 
+def _queue_order(standings: Iterable[ItemStanding]) -> list[ItemStanding]:
+    """The queued items, lowest agreement first (ties by id)."""
+    return sorted((standing for standing in standings if standing.queued),
+                  key=lambda standing: (standing.agreement, standing.prompt_id))
+
+
 def adjudication_queue(project: Project) -> list[ItemStanding]:
     """The items waiting for a researcher's decision, lowest agreement first (ties by id)."""
-    queued = [standing for standing in item_standings(project_id=project.pk).values() if standing.queued]
-    return sorted(queued, key=lambda standing: (standing.agreement, standing.prompt_id))
+    return _queue_order(item_standings(project_id=project.pk).values())
 
 
 @dataclass(frozen=True)
@@ -1224,6 +1229,8 @@ class AdjudicationItem:
 
     detail: ItemDetail
     agreement: float | None
+    source: str
+    queued: bool = False
     decision: Adjudication | None = None
     # the decision in words ("R2 > R1 = R3", or per response its labels), "" when none
     decision_words: str = ""
@@ -1245,17 +1252,39 @@ def decision_labels(decision: Adjudication) -> dict[int, dict[str, float]]:
             for response, given in decision.labels.items()}
 
 
-def adjudication_items(project: Project) -> tuple[list[AdjudicationItem], list[AdjudicationItem]]:
-    """(the queue, in its order; the decided items, latest decision first)."""
+@dataclass(frozen=True)
+class AdjudicationPage:
+    """The first `shown` items of the queue, in its order, and the latest decisions, with how many there are."""
+
+    queue: list[AdjudicationItem]
+    queued: int
+    decided: list[AdjudicationItem]
+    decisions: int
+    # one item asked for by its id (from its item page): shown alone, whatever its standing
+    focus: AdjudicationItem | None = None
+
+
+def _adjudication_item(prompt: Prompt, standing: ItemStanding | None) -> AdjudicationItem:
+    detail = item_detail(prompt=prompt)
+    decision = Adjudication.objects.filter(prompt=prompt).select_related("decided_by").first()
+    return AdjudicationItem(
+        detail=detail, agreement=standing.agreement if standing else None,
+        source=standing.source if standing else "", queued=bool(standing and standing.queued), decision=decision,
+        decision_words=_decision_words(decision, detail.responses) if decision else "")
+
+
+def adjudication_page(project: Project, *, shown: int = 25, focus: Prompt | None = None) -> AdjudicationPage:
+    """The adjudication page's items: each with every answer side by side, so only the first `shown` of the queue
+    and of the decisions (latest first); `focus`: that item alone."""
     standings = item_standings(project_id=project.pk)
+    queued = _queue_order(standings.values())
+    decisions = Adjudication.objects.filter(prompt__project=project)
+    page = AdjudicationPage(queue=[], queued=len(queued), decided=[], decisions=decisions.count())
+    if focus is not None:
+        return dataclasses.replace(page, focus=_adjudication_item(focus, standings.get(focus.pk)))
     prompts = Prompt.objects.filter(project=project).select_related("project")
-    queue = [AdjudicationItem(detail=item_detail(prompt=prompts.get(pk=standing.prompt_id)),
-                              agreement=standing.agreement) for standing in adjudication_queue(project)]
-    decided = []
-    for decision in Adjudication.objects.filter(prompt__project=project).select_related(
-            "prompt", "prompt__project", "decided_by").order_by("-decided_at", "-pk"):
-        detail = item_detail(prompt=decision.prompt)
-        standing = standings.get(decision.prompt_id)
-        decided.append(AdjudicationItem(detail=detail, agreement=standing.agreement if standing else None,
-                                        decision=decision, decision_words=_decision_words(decision, detail.responses)))
-    return queue, decided
+    decided_prompts = [decision.prompt for decision in decisions.select_related("prompt", "prompt__project")
+                       .order_by("-decided_at", "-pk")[:shown]]
+    return dataclasses.replace(
+        page, queue=[_adjudication_item(prompts.get(pk=standing.prompt_id), standing) for standing in queued[:shown]],
+        decided=[_adjudication_item(prompt, standings.get(prompt.pk)) for prompt in decided_prompts])

@@ -225,3 +225,17 @@ def test_a_ratings_decision_gives_the_binarized_pair_of_its_ratings(researcher):
     rows = list(selectors.pair_rows(project_id=project.pk, aggregation="resolved"))
     assert [(row["chosen"], row["rejected"], row["margin"], row["label_source"]) for row in rows] == [
         ("b", "a", 2.0, "adjudicated")]
+
+
+def test_any_item_can_be_decided_from_its_own_page(disputes, researcher_client):
+    prompt = _prompt(disputes, "Question 1?")  # a majority item, not in the queue
+    item_page = researcher_client.get(f"/projects/{disputes.pk}/items/{prompt.pk}/").content.decode()
+    assert f"/projects/{disputes.pk}/adjudication/?item={prompt.pk}" in item_page
+    focus = researcher_client.get(f"/projects/{disputes.pk}/adjudication/?item={prompt.pk}").content.decode()
+    assert f'id="item-{prompt.pk}"' in focus and "majority" in focus and 'id="queue-heading"' not in focus
+    answered = researcher_client.post(f"/projects/{disputes.pk}/adjudication/{prompt.pk}/",
+                                      {"answer": "own", "order": "R2 > R1 > R3", "reason": "y first", "focus": "1"})
+    assert answered["Location"].endswith(f"?item={prompt.pk}")
+    assert selectors.item_standings(project_id=disputes.pk)[prompt.pk].source == "adjudicated"
+    focus = researcher_client.get(answered["Location"]).content.decode()
+    assert f'id="decided-{prompt.pk}"' in focus and "R2 &gt; R1 &gt; R3" in focus
