@@ -46,12 +46,10 @@ def item_agreement(answers: Sequence[Answer]) -> float | None:
     return agreement.pairwise_agreement_rate([{index: answer.tiers for index, answer in enumerate(answers)}])
 
 
-def in_queue(answers: Sequence[Answer], *, min_answers: int, threshold: float, adjudicated: bool) -> bool:
-    """Whether the item waits for a researcher: enough answers, agreement below the threshold, not yet decided."""
-    if adjudicated or len(answers) < min_answers:
-        return False
-    rate = item_agreement(answers)
-    return rate is not None and rate < threshold
+def in_queue(answers: int, rate: float | None, *, min_answers: int, threshold: float, adjudicated: bool) -> bool:
+    """Whether an item of `answers` answers agreeing at `rate` (item_agreement) waits for a researcher: enough
+    answers, agreement below the threshold, not yet decided."""
+    return not adjudicated and answers >= min_answers and rate is not None and rate < threshold
 
 
 def _same(answer: Answer) -> tuple:

@@ -1199,10 +1199,11 @@ def item_standings(*, project_id: int) -> dict[int, ItemStanding]:
     standings = {}
     for prompt_id in sorted(answers.keys() | decided):
         given, adjudicated = answers.get(prompt_id, []), prompt_id in decided
-        queued = label_sources.in_queue(given, min_answers=project.adjudication_min_answers,
+        rate = label_sources.item_agreement(given)
+        queued = label_sources.in_queue(len(given), rate, min_answers=project.adjudication_min_answers,
                                         threshold=project.adjudication_threshold, adjudicated=adjudicated)
         standings[prompt_id] = ItemStanding(
-            prompt_id=prompt_id, answers=given, agreement=label_sources.item_agreement(given), queued=queued,
+            prompt_id=prompt_id, answers=given, agreement=rate, queued=queued,
             source=label_sources.item_source(given, queued=queued, adjudicated=adjudicated))
     return standings
 

@@ -21,11 +21,13 @@ def test_agreement_is_the_share_of_agreeing_comparisons():
 
 
 def test_the_queue_needs_enough_answers_a_low_agreement_and_no_decision():
-    below = [XYZ, ZYX, XYZ]  # 3 of 9
-    assert in_queue(below, min_answers=3, threshold=0.6, adjudicated=False)
-    assert not in_queue(below, min_answers=4, threshold=0.6, adjudicated=False)
-    assert not in_queue(below, min_answers=3, threshold=1 / 3, adjudicated=False)  # below, not at
-    assert not in_queue(below, min_answers=3, threshold=0.6, adjudicated=True)
+    rate = item_agreement([XYZ, ZYX, XYZ])
+    assert rate == pytest.approx(1 / 3)
+    assert in_queue(3, rate, min_answers=3, threshold=0.6, adjudicated=False)
+    assert not in_queue(3, rate, min_answers=4, threshold=0.6, adjudicated=False)
+    assert not in_queue(3, rate, min_answers=3, threshold=1 / 3, adjudicated=False)  # below, not at
+    assert not in_queue(3, rate, min_answers=3, threshold=0.6, adjudicated=True)
+    assert not in_queue(3, None, min_answers=2, threshold=0.6, adjudicated=False)  # no comparison at all
 
 
 def test_each_source():
