@@ -42,16 +42,25 @@ class ProjectForm(forms.ModelForm):
     class Meta:
         model = Project
         fields = ["name", "mode", "guidelines", "responses_per_item", "annotators_per_item", "lease_minutes",
-                  "rating_aspects", "rating_min", "rating_max", "members"]
-        labels = {"rating_min": "Lowest rating", "rating_max": "Highest rating"}
+                  "rating_aspects", "rating_min", "rating_max", "adjudication_min_answers", "adjudication_threshold",
+                  "members"]
+        labels = {"rating_min": "Lowest rating", "rating_max": "Highest rating",
+                  "adjudication_min_answers": "Adjudication after", "adjudication_threshold": "Adjudication below"}
         help_texts = {"rating_max": "Ratings mode: the scale, within 0–10 and at most 10 values (one digit key "
-                                    "each; 0 gives 10 on a scale that reaches 10)."}
+                                    "each; 0 gives 10 on a scale that reaches 10).",
+                      "adjudication_min_answers": "Answers an item needs before its agreement can send it to "
+                                                  "adjudication (2 or more).",
+                      "adjudication_threshold": "Agreement (0 to 1: the share of annotator pair × response pair "
+                                                "comparisons that agree) below which such an item waits for a "
+                                                "researcher's decision; 0 sends none."}
         widgets = {
             "guidelines": forms.Textarea(attrs={"rows": 6, "placeholder": "Markdown"}),
             # the browser refuses these before sending; the clean_ methods below say it when it does not
             "responses_per_item": forms.NumberInput(attrs={"min": 2}),
             "annotators_per_item": forms.NumberInput(attrs={"min": 1}),
             "lease_minutes": forms.NumberInput(attrs={"min": 1}),
+            "adjudication_min_answers": forms.NumberInput(attrs={"min": 2}),
+            "adjudication_threshold": forms.NumberInput(attrs={"min": 0, "max": 1, "step": 0.05}),
         }
 
     def __init__(self, *args: object, **kwargs: object) -> None:
@@ -61,6 +70,9 @@ class ProjectForm(forms.ModelForm):
                                                f"{GUIDELINES_MAX_CHARS:,} characters.")
         # only the ratings mode reads the scale: a form sent without it keeps the project's (the default 1-5)
         for name in ("rating_min", "rating_max"):
+            self.fields[name].required = False
+        # a form sent without them (an older page, a script) keeps the project's
+        for name in ("adjudication_min_answers", "adjudication_threshold"):
             self.fields[name].required = False
         if self.instance.pk and not self.is_bound:
             self.initial["rating_aspects"] = "\n".join(
@@ -91,6 +103,22 @@ class ProjectForm(forms.ModelForm):
             return rating_aspects_check(aspects)
         except ValidationError as error:
             raise forms.ValidationError(error.message_dict["rating_aspects"]) from None
+
+    def clean_adjudication_min_answers(self) -> int:
+        value = self.cleaned_data["adjudication_min_answers"]
+        if value is None:
+            return self.instance.adjudication_min_answers
+        if value < 2:
+            raise forms.ValidationError("At least 2: agreement needs two answers to compare.")
+        return value
+
+    def clean_adjudication_threshold(self) -> float:
+        value = self.cleaned_data["adjudication_threshold"]
+        if value is None:
+            return self.instance.adjudication_threshold
+        if not 0 <= value <= 1:
+            raise forms.ValidationError(f"A share from 0 to 1, not {value:g}.")
+        return value
 
     def clean_rating_min(self) -> int:
         value = self.cleaned_data["rating_min"]

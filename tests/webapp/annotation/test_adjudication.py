@@ -21,7 +21,7 @@ from tests.webapp.annotation.adjudication_fixtures import (
 from tests.webapp.annotation.factories import make_annotators, make_project
 from tests.webapp.annotation.feedback_fixtures import _answer
 from webapp.annotation import selectors, services
-from webapp.annotation.models import Adjudication, Prompt, Ranking
+from webapp.annotation.models import Adjudication, Project, Prompt, Ranking
 from webapp.experiments.data_sources import data_source_rows, training_rows
 
 pytestmark = pytest.mark.django_db
@@ -239,3 +239,19 @@ def test_any_item_can_be_decided_from_its_own_page(disputes, researcher_client):
     assert selectors.item_standings(project_id=disputes.pk)[prompt.pk].source == "adjudicated"
     focus = researcher_client.get(answered["Location"]).content.decode()
     assert f'id="decided-{prompt.pk}"' in focus and "R2 &gt; R1 &gt; R3" in focus
+
+
+def test_the_project_form_sets_the_rule_and_refuses_what_the_database_would(researcher_client):
+    form = {"name": "Rule", "mode": "ranking", "guidelines": "", "responses_per_item": 3, "annotators_per_item": 3,
+            "lease_minutes": 30}
+    researcher_client.post("/projects/new/", {**form, "adjudication_min_answers": 3, "adjudication_threshold": 0.5})
+    project = Project.objects.get(name="Rule")
+    assert (project.adjudication_min_answers, project.adjudication_threshold) == (3, 0.5)
+    refused = researcher_client.post(f"/projects/{project.pk}/edit/", {**form, "adjudication_min_answers": 1,
+                                                                         "adjudication_threshold": 1.5})
+    assert "At least 2" in refused.content.decode() and "A share from 0 to 1, not 1.5" in refused.content.decode()
+    researcher_client.post(f"/projects/{project.pk}/edit/", form)  # left out: the project's stay
+    project.refresh_from_db()
+    assert (project.adjudication_min_answers, project.adjudication_threshold) == (3, 0.5)
+    detail = researcher_client.get(f"/projects/{project.pk}/").content.decode()
+    assert "items with 3 answers or more whose agreement is below 0.50" in detail

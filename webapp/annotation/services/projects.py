@@ -23,6 +23,8 @@ def project_create(
     rating_aspects: Sequence[dict[str, str]] = (),
     rating_min: int = 1,
     rating_max: int = 5,
+    adjudication_min_answers: int = 2,
+    adjudication_threshold: float = 0.6,
     members: Sequence[AbstractBaseUser] = (),
     owner: AbstractBaseUser | None = None,
 ) -> Project:
@@ -42,6 +44,8 @@ def project_create(
         rating_aspects=rating_aspects,
         rating_min=rating_min,
         rating_max=rating_max,
+        adjudication_min_answers=adjudication_min_answers,
+        adjudication_threshold=adjudication_threshold,
     )
     project.members.set(members)
     return project
