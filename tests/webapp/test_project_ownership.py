@@ -91,7 +91,7 @@ def _pages(w: World) -> dict[str, list[tuple[str, str, dict]]]:
     project, run = w.project.pk, w.project_run.pk
     annotation = {name: [("GET", reverse(f"annotation:{name}", args=[project]), {})]
                   for name in ("annotate", "project_detail", "project_progress", "project_rounds", "project_data",
-                               "project_items", "project_files", "project_delete_confirm")}
+                               "project_items", "project_files", "project_delete_confirm", "adjudication")}
     exports = [("GET", reverse("annotation:project_export", args=[project, kind]), {})
                for kind in ("pairs.jsonl", "pairs.csv", "rankings.jsonl", "dataset.zip", "unpaired.jsonl",
                             "unpaired.csv", "labels.jsonl")]
@@ -106,6 +106,8 @@ def _pages(w: World) -> dict[str, list[tuple[str, str, dict]]]:
                           {"name": "taken over", "mode": "ranking", "responses_per_item": 2, "annotators_per_item": 1,
                            "lease_minutes": 30})],
         "project_item": [("GET", reverse("annotation:project_item", args=[project, w.assignment.prompt_id]), {})],
+        "adjudication_decide": [("POST", reverse("annotation:adjudication_decide", args=[project, w.assignment.prompt_id]),
+                                 {"answer": "own", "order": "R2 > R1", "reason": "taken over"})],
         "project_import": [("POST", reverse("annotation:project_import", args=[project]),
                             {"file": SimpleUploadedFile("x.jsonl", b'{"prompt": "stolen"}\n'), "file_format": "auto"})],
         "import_job_status": [("GET", reverse("annotation:import_job_status", args=[w.import_job.pk]), {})],
@@ -171,6 +173,7 @@ def _state(w: World) -> dict:
         "checkpoints": ModelRef.objects.count(),
         "assignment": Assignment.objects.filter(pk=w.assignment.pk).values_list("status", flat=True).first(),
         "rankings": w.project.prompts.filter(rankings__isnull=False).count(),
+        "adjudications": w.project.prompts.filter(adjudication__isnull=False).count(),
     }
 
 
