@@ -56,7 +56,8 @@ def test_import_watch_progress_and_export(page, live_server, researcher, tmp_pat
     for line in lines:
         record = json.loads(line)
         assert set(record) == {"prompt", "chosen", "rejected", "weight", "margin", "ranking_id", "annotator",
-                               "chosen_round", "rejected_round", "chosen_model", "rejected_model"}
+                               "chosen_round", "rejected_round", "chosen_model", "rejected_model", "label_source"}
+        assert record["label_source"] == "unanimous"  # one annotator's answer: nobody contradicts it
         assert (record["prompt"], record["chosen"], record["rejected"], record["margin"]) in expected
         assert record["weight"] == pytest.approx(1 / 3) and record["annotator"] == "ann0"
     assert Project.objects.get(pk=project.pk).pairs.count() == 6

@@ -92,7 +92,7 @@ def _pages(w: World) -> dict[str, list[tuple[str, str, dict]]]:
     annotation = {name: [("GET", reverse(f"annotation:{name}", args=[project]), {})]
                   for name in ("annotate", "project_detail", "project_progress", "project_rounds", "project_data",
                                "project_items", "project_files", "project_delete_confirm",
-                               "project_suggestion_agreement")}
+                               "project_suggestion_agreement", "adjudication")}
     exports = [("GET", reverse("annotation:project_export", args=[project, kind]), {})
                for kind in ("pairs.jsonl", "pairs.csv", "rankings.jsonl", "dataset.zip", "unpaired.jsonl",
                             "unpaired.csv", "labels.jsonl")]
@@ -114,6 +114,8 @@ def _pages(w: World) -> dict[str, list[tuple[str, str, dict]]]:
         # no pause exists: an outsider is refused before it is looked for
         "annotator_pause_decide": [("POST", reverse("annotation:annotator_pause_decide", args=[project, 1]),
                                     {"decision": "released"})],
+        "adjudication_decide": [("POST", reverse("annotation:adjudication_decide", args=[project, w.assignment.prompt_id]),
+                                 {"answer": "own", "order": "R2 > R1", "reason": "taken over"})],
         "project_import": [("POST", reverse("annotation:project_import", args=[project]),
                             {"file": SimpleUploadedFile("x.jsonl", b'{"prompt": "stolen"}\n'), "file_format": "auto"})],
         "import_job_status": [("GET", reverse("annotation:import_job_status", args=[w.import_job.pk]), {})],
@@ -180,6 +182,7 @@ def _state(w: World) -> dict:
         "assignment": Assignment.objects.filter(pk=w.assignment.pk).values_list("status", flat=True).first(),
         "rankings": w.project.prompts.filter(rankings__isnull=False).count(),
         "gold answers": GoldAnswer.objects.count(),
+        "adjudications": w.project.prompts.filter(adjudication__isnull=False).count(),
     }
 
 

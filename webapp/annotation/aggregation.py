@@ -8,8 +8,13 @@ pair (no annotator) is one vote too.
 - `majority`: one row a pair, in the direction more votes chose; a tie between the directions drops the pair.
 - `drop_conflicts`: one row a pair whose votes all agree; a pair with votes both ways is dropped.
 - `annotator:<username>`: only that annotator's rows.
+- `resolved`: only the rows of resolved items (a row's `label_source`, webapp.annotation.label_sources: unanimous,
+  majority, adjudicated, and imported rows), then one row a pair as `majority`; an unresolved item gives no row.
 
 One row a pair is the earliest row of the kept direction, unchanged (its weight, margin, ranking id and annotator).
+An adjudicated item's rows are the researcher's decision under the modes that pick one answer (`majority`,
+`drop_conflicts`, `resolved`: `picks_one_answer`); under `all` and `annotator:` they stay every annotator's own rows,
+as given (selectors.pair_rows puts the decision's rows in their place).
 """
 
 from __future__ import annotations
@@ -18,10 +23,14 @@ import json
 import re
 from collections.abc import Iterable, Iterator
 
-AGGREGATIONS = ("all", "majority", "drop_conflicts")
+from webapp.annotation.label_sources import UNRESOLVED
+
+AGGREGATIONS = ("all", "majority", "drop_conflicts", "resolved")
 ANNOTATOR_PREFIX = "annotator:"
 # What the API's schema says a mode is (a username holds no whitespace), and the rule `aggregation_check` applies.
-AGGREGATION_PATTERN = r"^(all|majority|drop_conflicts|annotator:\S+)$"
+AGGREGATION_PATTERN = r"^(all|majority|drop_conflicts|resolved|annotator:\S+)$"
+# the modes under which an adjudicated item's rows are the decision's, not the annotators'
+ONE_ANSWER_AGGREGATIONS = ("majority", "drop_conflicts", "resolved")
 
 
 class AggregationError(ValueError):
@@ -43,6 +52,11 @@ def aggregation_annotator(mode: str) -> str | None:
     return mode[len(ANNOTATOR_PREFIX):] if mode.startswith(ANNOTATOR_PREFIX) else None
 
 
+def picks_one_answer(mode: str) -> bool:
+    """Whether `mode` takes an adjudicated item's decision in place of its annotators' rows."""
+    return mode in ONE_ANSWER_AGGREGATIONS
+
+
 def aggregate_pairs(rows: Iterable[dict], mode: str) -> Iterator[dict]:
     """The rows `mode` keeps, in their order (see the module's rules). `all` and `annotator:` stream; `majority` and
     `drop_conflicts` read every row first, since a later vote can overturn a pair. An unknown mode is refused at
@@ -53,6 +67,8 @@ def aggregate_pairs(rows: Iterable[dict], mode: str) -> Iterator[dict]:
     annotator = aggregation_annotator(mode)
     if annotator is not None:
         return (row for row in rows if row.get("annotator") == annotator)
+    if mode == "resolved":
+        return _one_row_a_pair((row for row in rows if row.get("label_source") != UNRESOLVED), "majority")
     return _one_row_a_pair(rows, mode)
 
 

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 PAIR_COLUMNS = ("prompt", "chosen", "rejected", "weight", "margin", "ranking_id", "annotator", "chosen_round",
-                "rejected_round", "chosen_model", "rejected_model")
+                "rejected_round", "chosen_model", "rejected_model", "label_source")
 # Spreadsheets run a cell that starts with one of these as a formula (CSV injection, OWASP).
 _FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
@@ -86,7 +86,7 @@ def pair_features(*, conversational: bool = False):  # -> datasets.Features, imp
     return Features({"prompt": dialogue, "chosen": dialogue, "rejected": dialogue, "weight": number,
                      "margin": number, "ranking_id": Value("int64"), "annotator": text,
                      "chosen_round": Value("int64"), "rejected_round": Value("int64"), "chosen_model": text,
-                     "rejected_model": text})
+                     "rejected_model": text, "label_source": text})
 
 
 def save_dataset(
@@ -151,7 +151,8 @@ def dataset_zip(
 
 # Unpaired (KTO) rows and raw labels (issue 31) -------------------------------------------------------------------
 
-UNPAIRED_COLUMNS = ("prompt", "completion", "label", "annotator", "response_id", "source", "round", "model")
+UNPAIRED_COLUMNS = ("prompt", "completion", "label", "annotator", "response_id", "source", "round", "model",
+                    "label_source")
 
 
 def conversational_unpaired_rows(rows: Iterable[dict]) -> Iterator[dict]:
@@ -175,7 +176,8 @@ def _noun(features) -> str:
 # the types of the columns unpaired rows may carry besides prompt, completion and label; any other is inferred
 _UNPAIRED_COLUMN_TYPES = {"annotator": "string", "aspect": "string", "value": "float64", "weight": "float64",
                           "margin": "float64", "ranking_id": "int64", "response_id": "int64", "prompt_id": "string",
-                          "round": "int64", "model": "string", "source": "string"}
+                          "round": "int64", "model": "string", "source": "string",
+                          "label_source": "string"}
 
 
 def unpaired_features(columns: Iterable[str] = ("prompt", "completion", "label"), *, conversational: bool = False,

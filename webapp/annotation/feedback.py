@@ -19,8 +19,10 @@ Feedback -> unpaired (KTO) rows, `label` True = desirable (up):
 - an imported preference pair (no answer behind it): chosen up, rejected down.
 Across annotators (`aggregate_unpaired`, the aggregation names of aggregation.py): "all" keeps every row; "majority"
 keeps one row a response, the label most of its rows give (a tie drops the response); "drop_conflicts" one row a
-response whose rows all agree; "annotator:<name>" that annotator's rows. The row kept is the response's earliest row
-with the kept label.
+response whose rows all agree; "annotator:<name>" that annotator's rows; "resolved" the rows of resolved items
+(label_sources.py: not `unresolved`), then one row a response as "majority". The row kept is the response's earliest
+row with the kept label. An adjudicated item's rows are the decision's under "majority", "drop_conflicts" and
+"resolved" (selectors puts them in place of the annotators' rows), its annotators' under "all" and "annotator:".
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from dataclasses import dataclass
 
 from trainer.config import SEED_MAX
 from webapp.annotation.aggregation import aggregation_annotator, aggregation_check
+from webapp.annotation.label_sources import IMPORTED, UNRESOLVED
 from webapp.text import is_blank
 
 BINARIZATIONS = ("random", "worst")
@@ -119,12 +122,14 @@ def binarize_ratings(
 @dataclass(frozen=True)
 class UnpairedLabel:
     """One unpaired row in ids: `response` is desirable (label True) or not, by `annotator` (None: nobody known),
-    from `source` ("thumbs", "ranking", "pairwise", "ratings", "pairs")."""
+    from `source` ("thumbs", "ranking", "pairwise", "ratings", "pairs"); `label_source`: its item's
+    (label_sources.py), "imported" for a row of no item's answers."""
 
     response: int
     label: bool
     annotator: str | None
     source: str
+    label_source: str = IMPORTED
 
 
 def thumb_label(response: int, value: float, *, annotator: str | None) -> UnpairedLabel:
@@ -162,6 +167,8 @@ def aggregate_unpaired(rows: Iterable[UnpairedLabel], mode: str) -> Iterator[Unp
     annotator = aggregation_annotator(mode)
     if annotator is not None:
         return (row for row in rows if row.annotator == annotator)
+    if mode == "resolved":
+        return _one_row_a_response((row for row in rows if row.label_source != UNRESOLVED), "majority")
     return _one_row_a_response(rows, mode)
 
 

@@ -65,9 +65,11 @@ class ProjectForm(forms.ModelForm):
         model = Project
         fields = ["name", "mode", "guidelines", "responses_per_item", "annotators_per_item", "lease_minutes",
                   "rating_aspects", "rating_min", "rating_max", "suggestions_display", "queue_order", "members",
-                  "gold_rate", "gold_onboarding", "gold_min_answers", "gold_min_accuracy", "fast_answer_seconds"]
+                  "gold_rate", "gold_onboarding", "gold_min_answers", "gold_min_accuracy", "fast_answer_seconds",
+                  "adjudication_min_answers", "adjudication_threshold"]
         labels = {"rating_min": "Lowest rating", "rating_max": "Highest rating",
-                  "suggestions_display": "Machine suggestions", "queue_order": "Queue order"}
+                  "suggestions_display": "Machine suggestions", "queue_order": "Queue order",
+                  "adjudication_min_answers": "Adjudication after", "adjudication_threshold": "Adjudication below"}
         help_texts = {
             "suggestions_display": "Suggestions from a reward model or a judge (or imported), marked as a machine's "
                                    "with their source and confidence, never filled in: an annotator accepts one with "
@@ -77,13 +79,20 @@ class ProjectForm(forms.ModelForm):
                            "suggestion is least confident come first, items without a suggestion last. The "
                            "project page says how many open items this moves.",
             "rating_max": "Ratings mode: the scale, within 0–10 and at most 10 values (one digit key "
-                                    "each; 0 gives 10 on a scale that reaches 10)."}
+                          "each; 0 gives 10 on a scale that reaches 10).",
+            "adjudication_min_answers": "Answers an item needs before its agreement can send it to "
+                                        "adjudication (2 or more).",
+            "adjudication_threshold": "Agreement (0 to 1: the share of annotator pair × response pair "
+                                      "comparisons that agree) below which such an item waits for a "
+                                      "researcher's decision; 0 sends none."}
         widgets = {
             "guidelines": forms.Textarea(attrs={"rows": 6, "placeholder": "Markdown"}),
             # the browser refuses these before sending; the clean_ methods below say it when it does not
             "responses_per_item": forms.NumberInput(attrs={"min": 2}),
             "annotators_per_item": forms.NumberInput(attrs={"min": 1}),
             "lease_minutes": forms.NumberInput(attrs={"min": 1}),
+            "adjudication_min_answers": forms.NumberInput(attrs={"min": 2}),
+            "adjudication_threshold": forms.NumberInput(attrs={"min": 0, "max": 1, "step": 0.05}),
         }
 
     def __init__(self, *args: object, **kwargs: object) -> None:
@@ -101,6 +110,9 @@ class ProjectForm(forms.ModelForm):
             self.fields["queue_order"].help_text += (f" Now it would reorder {reordering.moved} of "
                                                      f"{counted(reordering.open_items, 'open item')} "
                                                      f"({reordering.percent} %).")
+        # a form sent without them (an older page, a script) keeps the project's
+        for name in ("adjudication_min_answers", "adjudication_threshold"):
+            self.fields[name].required = False
         if self.instance.pk and not self.is_bound:
             self.initial["rating_aspects"] = "\n".join(
                 f"{aspect['name']}: {aspect['description']}" if aspect.get("description") else aspect["name"]
@@ -130,6 +142,22 @@ class ProjectForm(forms.ModelForm):
             return rating_aspects_check(aspects)
         except ValidationError as error:
             raise forms.ValidationError(error.message_dict["rating_aspects"]) from None
+
+    def clean_adjudication_min_answers(self) -> int:
+        value = self.cleaned_data["adjudication_min_answers"]
+        if value is None:
+            return self.instance.adjudication_min_answers
+        if value < 2:
+            raise forms.ValidationError("At least 2: agreement needs two answers to compare.")
+        return value
+
+    def clean_adjudication_threshold(self) -> float:
+        value = self.cleaned_data["adjudication_threshold"]
+        if value is None:
+            return self.instance.adjudication_threshold
+        if not 0 <= value <= 1:
+            raise forms.ValidationError(f"A share from 0 to 1, not {value:g}.")
+        return value
 
     def clean_rating_min(self) -> int:
         value = self.cleaned_data["rating_min"]
@@ -248,9 +276,10 @@ class SamplingForm(forms.Form):
 
 
 def aggregation_choices(annotators: list[str]) -> list[tuple[str, str]]:
-    """The aggregations a project offers: the three rules, then one annotator's pairs for each annotator."""
+    """The aggregations a project offers: the four rules, then one annotator's pairs for each annotator."""
     return [("all", "all pairs (every annotator's)"), ("majority", "majority (one row a pair, ties dropped)"),
-            ("drop_conflicts", "drop conflicts (one row a pair all agree on)")] + [
+            ("drop_conflicts", "drop conflicts (one row a pair all agree on)"),
+            ("resolved", "resolved only (unanimous, majority and adjudicated items)")] + [
         (f"{ANNOTATOR_PREFIX}{name}", f"only {name}'s pairs") for name in annotators]
 
 

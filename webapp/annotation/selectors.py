@@ -5,7 +5,7 @@ import itertools
 import random
 import statistics
 from collections import Counter, defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -15,10 +15,16 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from webapp.accounts.roles import is_admin, is_researcher
-from webapp.annotation import agreement, feedback, gold, suggestion_agreement, winrates
-from webapp.annotation.aggregation import aggregate_pairs, aggregation_annotator
+from webapp.annotation import agreement, feedback, gold, label_sources, suggestion_agreement, winrates
+from webapp.annotation.aggregation import (
+    aggregate_pairs,
+    aggregation_annotator,
+    aggregation_check,
+    picks_one_answer,
+)
 from webapp.annotation.exporting import conversational_rows, conversational_unpaired_rows
 from webapp.annotation.models import (
+    Adjudication,
     AnnotatorPause,
     Assignment,
     GoldAnswer,
@@ -560,17 +566,30 @@ def _exportable_pairs(project_id: int) -> QuerySet[PreferencePair]:
 def pair_rows(*, project_id: int, strategy: str = "all", aggregation: str = "all",
               binarization: str = feedback.DEFAULT_BINARIZATION, seed: int = feedback.DEFAULT_SEED) -> Iterator[dict]:
     """The project's pair rows under `strategy`, aggregated across annotators by `aggregation`
-    (webapp.annotation.aggregation: all, majority, drop_conflicts, annotator:<username>); ratings become pairs by
-    `binarization` and `seed` (webapp.annotation.feedback), after the pairs of rankings and imports."""
+    (webapp.annotation.aggregation: all, majority, drop_conflicts, resolved, annotator:<username>); ratings become
+    pairs by `binarization` and `seed` (webapp.annotation.feedback), after the pairs of rankings and imports. Each row
+    names its item's `label_source` (webapp.annotation.label_sources); under the aggregations that pick one answer,
+    an adjudicated item's rows are its decision's (annotator: the researcher who decided, ranking_id None)."""
     feedback.binarization_check(binarization, seed)
-    rows = itertools.chain(_strategy_pair_rows(project_id=project_id, strategy=strategy),
+    aggregation_check(aggregation)
+    sources = item_label_sources(project_id=project_id)
+    decided = picks_one_answer(aggregation)
+    rows = itertools.chain(_strategy_pair_rows(project_id=project_id, strategy=strategy, sources=sources,
+                                               decided=decided),
                            binarized_pair_rows(project_id=project_id, aggregation=aggregation,
-                                               binarization=binarization, seed=seed))
+                                               binarization=binarization, seed=seed, sources=sources))
     return aggregate_pairs(rows, aggregation)
 
 
-def _strategy_pair_rows(*, project_id: int, strategy: str) -> Iterator[dict]:
-    """TRL rows {prompt, chosen, rejected, weight, margin, ranking_id, annotator}, streamed from the database:
+def _adjudicated_ids(sources: dict[int, str]) -> list[int]:
+    return [prompt_id for prompt_id, source in sources.items() if source == label_sources.ADJUDICATED]
+
+
+def _strategy_pair_rows(*, project_id: int, strategy: str, sources: dict[int, str] | None = None,
+                        decided: bool = False) -> Iterator[dict]:
+    """TRL rows {prompt, chosen, rejected, weight, margin, ranking_id, annotator, label_source}, streamed from the
+    database (`sources`: item_label_sources, read when not given; `decided`: an adjudicated item's rows are its
+    decision's, else its annotators'):
     conversational (prompt = its messages, chosen/rejected = one assistant message each) when the prompt is a
     conversation, standard (text) otherwise.
 
@@ -578,7 +597,9 @@ def _strategy_pair_rows(*, project_id: int, strategy: str) -> Iterator[dict]:
     (`preferences.ranking_pairs`); imported pairs are part of every strategy. No pair involves an empty
     (whitespace-only) response.
     """
-    stored = _exportable_pairs(project_id)
+    sources = item_label_sources(project_id=project_id) if sources is None else sources
+    replaced = _adjudicated_ids(sources) if decided else []
+    stored = _exportable_pairs(project_id).exclude(prompt_id__in=replaced)
     if strategy != "all":
         stored = stored.filter(ranking__isnull=True)
     chat_sampled = chat_sampled_prompt_ids(project_id=project_id)
@@ -586,10 +607,13 @@ def _strategy_pair_rows(*, project_id: int, strategy: str) -> Iterator[dict]:
          *rounds) in stored.values_list(*_PAIR_FIELDS, *_PAIR_ROUND_FIELDS).iterator(chunk_size=2000):
         yield {**_trl_pair(text, messages, chosen, rejected, chat_sampled=prompt_id in chat_sampled),
                "weight": weight, "margin": margin, "ranking_id": ranking_id, "annotator": annotator,
-               **_pair_rounds(*rounds)}
+               **_pair_rounds(*rounds), "label_source": _row_source(sources, prompt_id, ranking_id)}
+    if decided:
+        yield from _decision_pair_rows(replaced, strategy=strategy, chat_sampled=chat_sampled)
     if strategy == "all":
         return
-    rankings = rankings_with_pairs(project_id=project_id).select_related("prompt", "annotator")
+    rankings = rankings_with_pairs(project_id=project_id).exclude(prompt_id__in=replaced).select_related(
+        "prompt", "annotator")
     for ranking in rankings.iterator(chunk_size=500):
         texts = response_texts(prompt_id=ranking.prompt_id)
         rounds = response_rounds(prompt_id=ranking.prompt_id)
@@ -599,7 +623,29 @@ def _strategy_pair_rows(*, project_id: int, strategy: str) -> Iterator[dict]:
                                chat_sampled=ranking.prompt_id in chat_sampled),
                    "weight": pair.weight, "margin": pair.margin, "ranking_id": ranking.pk,
                    "annotator": ranking.annotator.get_username(),
-                   **_pair_rounds(chosen_round, rejected_round, chosen_model, rejected_model)}
+                   **_pair_rounds(chosen_round, rejected_round, chosen_model, rejected_model),
+                   "label_source": sources[ranking.prompt_id]}
+
+
+def _row_source(sources: dict[int, str], prompt_id: int, ranking_id: int | None) -> str:
+    """An answer's row: its item's source; an imported row (no answer behind it): "imported"."""
+    return sources.get(prompt_id, label_sources.IMPORTED) if ranking_id is not None else label_sources.IMPORTED
+
+
+def _decision_pair_rows(prompt_ids: Sequence[int], *, strategy: str, chat_sampled: set[int]) -> Iterator[dict]:
+    """The pairs of the decisions on these items (tiers modes), by the rule of an answer's pairs."""
+    decisions = Adjudication.objects.filter(prompt_id__in=prompt_ids).exclude(tiers=[]).select_related(
+        "prompt", "decided_by").order_by("prompt_id")
+    for decision in decisions:
+        texts, rounds = response_texts(prompt_id=decision.prompt_id), response_rounds(prompt_id=decision.prompt_id)
+        for pair in ranking_pairs(decision.tiers, texts, strategy=strategy):
+            (chosen_round, chosen_model), (rejected_round, rejected_model) = rounds[pair.chosen], rounds[pair.rejected]
+            yield {**_trl_pair(decision.prompt.text, decision.prompt.messages, texts[pair.chosen],
+                               texts[pair.rejected], chat_sampled=decision.prompt_id in chat_sampled),
+                   "weight": pair.weight, "margin": pair.margin, "ranking_id": None,
+                   "annotator": decision.decided_by.get_username() if decision.decided_by else None,
+                   **_pair_rounds(chosen_round, rejected_round, chosen_model, rejected_model),
+                   "label_source": label_sources.ADJUDICATED}
 
 
 def pair_count(*, project_id: int, strategy: str = "all", aggregation: str = "all",
@@ -634,7 +680,9 @@ def ranking_count(*, project_id: int) -> int:
 def ranking_rows(*, project_id: int) -> Iterator[dict]:
     """The raw answers: tiers of response texts (best first) with ids, or in the thumbs and ratings modes their
     labels (tiers empty), with flags, rationale and time; `held_back` for a paused annotator's answer (out of
-    training rows), `gold` for an answer to a gold item."""
+    training rows), `gold` for an answer to a gold item, and label_source: its item's
+    (webapp.annotation.label_sources) for an answer that counts, None for a skip or a held-back answer."""
+    sources = item_label_sources(project_id=project_id)
     rankings = (
         Ranking.objects.filter(prompt__project_id=project_id).select_related("prompt", "annotator").order_by("id")
         .prefetch_related(Prefetch("labels", queryset=ResponseLabel.objects.order_by("id")))
@@ -659,6 +707,7 @@ def ranking_rows(*, project_id: int) -> Iterator[dict]:
             "created_at": ranking.created_at.isoformat(),
             "held_back": ranking.held_back,
             "gold": ranking.prompt_id in gold_items,
+            "label_source": None if ranking.skipped or ranking.held_back else sources.get(ranking.prompt_id),
         }
 
 
@@ -727,73 +776,119 @@ def _item_texts(prompt_ids: Sequence[int], *, chat_sampled: set[int]) -> dict[in
 
 
 def _binarized_pairs(
-    project_id: int, *, annotator: str | None, binarization: str, seed: int
-) -> Iterator[tuple[_ItemTexts, feedback.BinarizedPair]]:
-    """Each rated item's binarized pair, by prompt id, with its texts; `annotator`: that annotator's ratings only."""
+    project_id: int, *, annotator: str | None, binarization: str, seed: int, replaced: Sequence[int] = ()
+) -> Iterator[tuple[int, _ItemTexts, feedback.BinarizedPair]]:
+    """Each rated item's binarized pair, by prompt id, with its id and texts; `annotator`: that annotator's ratings
+    only; `replaced`: adjudicated items whose decision's ratings stand in for everyone's (after the others)."""
     feedback.binarization_check(binarization, seed)
-    labels = _labels(project_id, thumbs=False, annotator=annotator).order_by("prompt_id", "id").values_list(
-        "prompt_id", "response_id", "value")
+    labels = _labels(project_id, thumbs=False, annotator=annotator).exclude(prompt_id__in=replaced).order_by(
+        "prompt_id", "id").values_list("prompt_id", "response_id", "value")
     chat_sampled = chat_sampled_prompt_ids(project_id=project_id)
     by_item = itertools.groupby(labels.iterator(chunk_size=5000), key=lambda label: label[0])
-    while batch := [(prompt_id, [feedback.Rating(response, value) for _, response, value in group])
-                    for prompt_id, group in itertools.islice(by_item, _LABEL_PROMPT_BATCH)]:
+    decided = ((decision.prompt_id, [feedback.Rating(response, value)
+                                     for response, given in decision_labels(decision).items()
+                                     for aspect, value in given.items() if aspect != ResponseLabel.THUMB])
+               for decision in Adjudication.objects.filter(prompt_id__in=replaced).order_by("prompt_id"))
+    ratings_by_item = itertools.chain(((prompt_id, [feedback.Rating(response, value) for _, response, value in group])
+                                       for prompt_id, group in by_item), decided)
+    while batch := list(itertools.islice(ratings_by_item, _LABEL_PROMPT_BATCH)):
         texts = _item_texts([prompt_id for prompt_id, _ in batch], chat_sampled=chat_sampled)
         for prompt_id, ratings in batch:
             item = texts[prompt_id]
             pair = feedback.binarize_ratings(item.external_id, ratings, left_out=item.left_out,
                                              binarization=binarization, seed=seed)
             if pair is not None:
-                yield item, pair
+                yield prompt_id, item, pair
 
 
 def binarized_pair_rows(*, project_id: int, aggregation: str = "all",
                         binarization: str = feedback.DEFAULT_BINARIZATION,
-                        seed: int = feedback.DEFAULT_SEED) -> Iterator[dict]:
+                        seed: int = feedback.DEFAULT_SEED, sources: dict[int, str] | None = None) -> Iterator[dict]:
     """The project's ratings as pair rows (the columns of `pair_rows`, ranking_id None): one pair a rated item,
-    from everyone's ratings, or from one annotator's under `annotator:<username>` (the row then names them)."""
+    from everyone's ratings, or from one annotator's under `annotator:<username>` (the row then names them); an
+    adjudicated item's from its decision under the aggregations that pick one answer. `sources`:
+    item_label_sources, read when not given."""
     annotator = aggregation_annotator(aggregation)
-    for item, pair in _binarized_pairs(project_id, annotator=annotator, binarization=binarization, seed=seed):
+    sources = item_label_sources(project_id=project_id) if sources is None else sources
+    replaced = _adjudicated_ids(sources) if picks_one_answer(aggregation) else []
+    for prompt_id, item, pair in _binarized_pairs(project_id, annotator=annotator, binarization=binarization,
+                                                  seed=seed, replaced=replaced):
         (chosen, chosen_round, chosen_model), (rejected, rejected_round, rejected_model) = (
             item.responses[pair.chosen], item.responses[pair.rejected])
         yield {**_trl_pair(item.prompt, item.messages, chosen, rejected, chat_sampled=item.chat_sampled),
                "weight": pair.weight, "margin": pair.margin, "ranking_id": None, "annotator": annotator,
-               **_pair_rounds(chosen_round, rejected_round, chosen_model, rejected_model)}
+               **_pair_rounds(chosen_round, rejected_round, chosen_model, rejected_model),
+               "label_source": sources.get(prompt_id, label_sources.IMPORTED)}
 
 
-def _unpaired_labels(project_id: int, *, annotator: str | None, binarization: str,
+def _with_source(labels: Iterable[feedback.UnpairedLabel], source: str) -> Iterator[feedback.UnpairedLabel]:
+    return (dataclasses.replace(label, label_source=source) for label in labels)
+
+
+def _unpaired_labels(project_id: int, *, aggregation: str, binarization: str,
                      seed: int) -> Iterator[feedback.UnpairedLabel]:
     """Every unpaired row of the project in ids, before aggregation: thumbs, answers' tiers, binarized ratings,
-    imported pairs (feedback's rules)."""
-    for response, value, username, external in _labels(project_id, thumbs=True).order_by("id").values_list(
-        "response_id", "value", "annotator__username", "external_annotator"
-    ):
-        yield feedback.thumb_label(response, value, annotator=_label_annotator(username, external))
+    imported pairs (feedback's rules), each with its item's label source; under the aggregations that pick one
+    answer, an adjudicated item's rows are its decision's."""
+    annotator = aggregation_annotator(aggregation)
+    sources = item_label_sources(project_id=project_id)
+    replaced = _adjudicated_ids(sources) if picks_one_answer(aggregation) else []
+    for prompt_id, response, value, username, external, ranking_id in _labels(project_id, thumbs=True).exclude(
+        prompt_id__in=replaced
+    ).order_by("id").values_list("prompt_id", "response_id", "value", "annotator__username", "external_annotator",
+                                 "ranking_id"):
+        yield from _with_source([feedback.thumb_label(response, value, annotator=_label_annotator(username, external))],
+                                _row_source(sources, prompt_id, ranking_id))
     left_out = set(Response.objects.filter(prompt__project_id=project_id, text__regex=LEFT_OUT_TEXT_REGEX)
                    .values_list("pk", flat=True))
-    answers = Ranking.objects.filter(prompt__project_id=project_id, skipped=False).exclude(tiers=[]).order_by("id")
-    for tiers, all_bad, username, mode in answers.values_list("tiers", "all_bad", "annotator__username",
-                                                              "prompt__project__mode").iterator(chunk_size=2000):
-        yield from feedback.tier_labels(tiers, all_bad=all_bad, annotator=username, left_out=left_out,
-                                        source="pairwise" if mode == "pairwise" else "ranking")
-    for _, pair in _binarized_pairs(project_id, annotator=annotator, binarization=binarization, seed=seed):
-        yield from feedback.pair_labels(pair.chosen, pair.rejected, annotator=annotator, source="ratings")
+    answers = Ranking.objects.filter(prompt__project_id=project_id, skipped=False, held_back=False).exclude(
+        tiers=[]).exclude(prompt_id__in=replaced).order_by("id")
+    for prompt_id, tiers, all_bad, username, mode in answers.values_list(
+        "prompt_id", "tiers", "all_bad", "annotator__username", "prompt__project__mode"
+    ).iterator(chunk_size=2000):
+        yield from _with_source(feedback.tier_labels(tiers, all_bad=all_bad, annotator=username, left_out=left_out,
+                                                     source="pairwise" if mode == "pairwise" else "ranking"),
+                                sources[prompt_id])
+    yield from _decision_unpaired_labels(replaced, left_out=left_out)
+    for prompt_id, _, pair in _binarized_pairs(project_id, annotator=annotator, binarization=binarization, seed=seed,
+                                               replaced=replaced):
+        yield from _with_source(feedback.pair_labels(pair.chosen, pair.rejected, annotator=annotator,
+                                                     source="ratings"),
+                                sources.get(prompt_id, label_sources.IMPORTED))
     for chosen, rejected in _exportable_pairs(project_id).filter(ranking__isnull=True).values_list(
         "chosen_id", "rejected_id"
     ):
         yield from feedback.pair_labels(chosen, rejected, annotator=None, source="pairs")
 
 
+def _decision_unpaired_labels(prompt_ids: Sequence[int], *, left_out: set[int]) -> Iterator[feedback.UnpairedLabel]:
+    """The rows of the decisions on these items given as tiers or thumbs (a ratings decision's come with the
+    binarized pairs), by the rules of an answer's rows, named after the researcher who decided."""
+    for decision in Adjudication.objects.filter(prompt_id__in=prompt_ids).select_related(
+            "decided_by", "prompt__project").order_by("prompt_id"):
+        decider = decision.decided_by.get_username() if decision.decided_by else None
+        if decision.tiers:
+            mode = decision.prompt.project.mode
+            labels = feedback.tier_labels(decision.tiers, all_bad=False, annotator=decider, left_out=left_out,
+                                          source="pairwise" if mode == "pairwise" else "ranking")
+        else:
+            labels = [feedback.thumb_label(response, given[ResponseLabel.THUMB], annotator=decider)
+                      for response, given in decision_labels(decision).items() if ResponseLabel.THUMB in given]
+        yield from _with_source(labels, label_sources.ADJUDICATED)
+
+
 def unpaired_rows(*, project_id: int, aggregation: str = "all", binarization: str = feedback.DEFAULT_BINARIZATION,
                   seed: int = feedback.DEFAULT_SEED) -> Iterator[dict]:
     """The project's KTO rows, TRL's unpaired format {prompt, completion, label} with annotator, response_id,
-    source (thumbs, ranking, pairwise, ratings or pairs: where the row came from), and the response's round (its
-    number, None when it came in no round) and model (its round's, "" when unknown): conversational (prompt = its
+    source (thumbs, ranking, pairwise, ratings or pairs: where the row came from), the response's round (its
+    number, None when it came in no round) and model (its round's, "" when unknown), and label_source (its item's,
+    webapp.annotation.label_sources): conversational (prompt = its
     messages, completion = one assistant message) when the prompt is a conversation, standard text otherwise.
     `aggregation` combines annotators (feedback.aggregate_unpaired), `binarization` and `seed` make ratings pairs."""
     feedback.binarization_check(binarization, seed)
+    aggregation_check(aggregation)
     labels = feedback.aggregate_unpaired(
-        _unpaired_labels(project_id, annotator=aggregation_annotator(aggregation), binarization=binarization,
-                         seed=seed), aggregation)
+        _unpaired_labels(project_id, aggregation=aggregation, binarization=binarization, seed=seed), aggregation)
     chat_sampled = chat_sampled_prompt_ids(project_id=project_id)
     while batch := list(itertools.islice(labels, 2000)):
         responses = {pk: (prompt_id, text, number, model) for pk, prompt_id, text, number, model in
@@ -806,15 +901,16 @@ def unpaired_rows(*, project_id: int, aggregation: str = "all", binarization: st
             prompt = trl_prompt(*prompts[prompt_id], chat_sampled=prompt_id in chat_sampled)
             yield {"prompt": prompt, "completion": trl_answer(completion, conversational=not isinstance(prompt, str)),
                    "label": label.label, "annotator": label.annotator, "response_id": label.response,
-                   "source": label.source, "round": round_number, "model": model or ""}
+                   "source": label.source, "round": round_number, "model": model or "",
+                   "label_source": label.label_source}
 
 
 def unpaired_count(*, project_id: int, aggregation: str = "all", binarization: str = feedback.DEFAULT_BINARIZATION,
                    seed: int = feedback.DEFAULT_SEED) -> int:
     """How many rows `unpaired_rows` yields (derived: they are not stored)."""
+    aggregation_check(aggregation)
     return sum(1 for _ in feedback.aggregate_unpaired(
-        _unpaired_labels(project_id, annotator=aggregation_annotator(aggregation), binarization=binarization,
-                         seed=seed), aggregation))
+        _unpaired_labels(project_id, aggregation=aggregation, binarization=binarization, seed=seed), aggregation))
 
 
 def unpaired_export_rows(*, project_id: int, aggregation: str = "all", conversational: bool | None = None,
@@ -838,8 +934,10 @@ def unpaired_for_training(*, project_id: int, aggregation: str = "all",
 
 def label_rows(*, project_id: int) -> Iterator[dict]:
     """The raw thumbs and ratings (labels.jsonl), oldest first: a thumb has aspect "" and value 1 (up) or 0 (down),
-    a rating its aspect and value; ranking_id is the answer it was given in (None: imported)."""
+    a rating its aspect and value; ranking_id is the answer it was given in (None: imported); label_source its
+    item's (webapp.annotation.label_sources; "imported" for an imported label)."""
     chat_sampled = chat_sampled_prompt_ids(project_id=project_id)
+    sources = item_label_sources(project_id=project_id)
     labels = ResponseLabel.objects.filter(_COUNTED_LABELS, project_id=project_id).order_by("id").values_list(
         "prompt_id", "prompt__external_id", "prompt__text", "prompt__messages", "response_id", "response__text",
         "annotator__username", "external_annotator", "aspect", "value", "ranking_id", "created_at")
@@ -848,7 +946,8 @@ def label_rows(*, project_id: int) -> Iterator[dict]:
         yield {"prompt_id": external_id, "prompt": trl_prompt(text, messages, chat_sampled=prompt_id in chat_sampled),
                "response_id": response_id, "response": response,
                "annotator": _label_annotator(username, external), "aspect": aspect, "value": value,
-               "ranking_id": ranking_id, "created_at": created_at.isoformat()}
+               "ranking_id": ranking_id, "created_at": created_at.isoformat(),
+               "label_source": _row_source(sources, prompt_id, ranking_id)}
 
 
 def label_agreement(project: Project) -> agreement.LabelAgreement | None:
@@ -1378,3 +1477,121 @@ IMPORT_JOBS_SHOWN = 5
 def import_jobs(project: Project) -> list[ImportJob]:
     """The project's latest import jobs, newest first."""
     return list(ImportJob.objects.filter(project=project).order_by("-created_at", "-pk")[:IMPORT_JOBS_SHOWN])
+
+
+# Label sources and adjudication (the rules: webapp.annotation.label_sources) ----------------------------------
+
+
+@dataclass(frozen=True)
+class ItemStanding:
+    """One answered (or decided) item: its counted answers, their agreement, whether it waits for a researcher, and
+    the source of its label."""
+
+    prompt_id: int
+    answers: list[label_sources.Answer]
+    agreement: float | None
+    queued: bool
+    source: str
+
+
+def item_standings(*, project_id: int) -> dict[int, ItemStanding]:
+    """Prompt id -> its standing, for every item with a counted answer (not a skip, not held back) or a decision."""
+    project = Project.objects.only("adjudication_min_answers", "adjudication_threshold").get(pk=project_id)
+    answers: dict[int, list[label_sources.Answer]] = defaultdict(list)
+    counted = Ranking.objects.filter(prompt__project_id=project_id, skipped=False, held_back=False)
+    for prompt_id, tiers, all_bad in answers_as_tiers(counted):
+        answers[prompt_id].append(label_sources.Answer(tiers=tiers, all_bad=all_bad))
+    decided = set(Adjudication.objects.filter(prompt__project_id=project_id).values_list("prompt_id", flat=True))
+    standings = {}
+    for prompt_id in sorted(answers.keys() | decided):
+        given, adjudicated = answers.get(prompt_id, []), prompt_id in decided
+        rate = label_sources.item_agreement(given)
+        queued = label_sources.in_queue(len(given), rate, min_answers=project.adjudication_min_answers,
+                                        threshold=project.adjudication_threshold, adjudicated=adjudicated)
+        standings[prompt_id] = ItemStanding(
+            prompt_id=prompt_id, answers=given, agreement=rate, queued=queued,
+            source=label_sources.item_source(given, queued=queued, adjudicated=adjudicated))
+    return standings
+
+
+def item_label_sources(*, project_id: int) -> dict[int, str]:
+    """Prompt id -> the source of its label, for the items `item_standings` holds."""
+    return {prompt_id: standing.source for prompt_id, standing in item_standings(project_id=project_id).items()}
+
+
+def _queue_order(standings: Iterable[ItemStanding]) -> list[ItemStanding]:
+    """The queued items, lowest agreement first (ties by id)."""
+    return sorted((standing for standing in standings if standing.queued),
+                  key=lambda standing: (standing.agreement, standing.prompt_id))
+
+
+def adjudication_queue(project: Project) -> list[ItemStanding]:
+    """The items waiting for a researcher's decision, lowest agreement first (ties by id)."""
+    return _queue_order(item_standings(project_id=project.pk).values())
+
+
+@dataclass(frozen=True)
+class AdjudicationItem:
+    """An item on the adjudication page: everyone's answers side by side, its agreement, and its decision if any."""
+
+    detail: ItemDetail
+    agreement: float | None
+    source: str
+    queued: bool = False
+    decision: Adjudication | None = None
+    # the decision in words ("R2 > R1 = R3", or per response its labels), "" when none
+    decision_words: str = ""
+
+
+def _decision_words(decision: Adjudication, responses: list[ItemResponse]) -> str:
+    named = {response.id: response.label for response in responses}
+    if decision.tiers:
+        return " > ".join(" = ".join(named.get(response, f"#{response}") for response in tier)
+                          for tier in decision.tiers)
+    return "; ".join(f"{named.get(response, f'#{response}')} "
+                     + " · ".join(label_words(aspect, value) for aspect, value in given.items())
+                     for response, given in decision_labels(decision).items())
+
+
+def decision_labels(decision: Adjudication) -> dict[int, dict[str, float]]:
+    """A decision's labels with response ids as numbers (JSON keeps them as text)."""
+    return {int(response): {aspect: float(value) for aspect, value in given.items()}
+            for response, given in decision.labels.items()}
+
+
+@dataclass(frozen=True)
+class AdjudicationPage:
+    """The first `shown` items of the queue, in its order, and the latest decisions, with how many there are."""
+
+    queue: list[AdjudicationItem]
+    queued: int
+    decided: list[AdjudicationItem]
+    decisions: int
+    # one item asked for by its id (from its item page): shown alone, whatever its standing
+    focus: AdjudicationItem | None = None
+
+
+def _adjudication_item(prompt: Prompt, standing: ItemStanding | None) -> AdjudicationItem:
+    detail = item_detail(prompt=prompt)
+    decision = Adjudication.objects.filter(prompt=prompt).select_related("decided_by").first()
+    return AdjudicationItem(
+        detail=detail, agreement=standing.agreement if standing else None,
+        source=standing.source if standing else "", queued=bool(standing and standing.queued), decision=decision,
+        decision_words=_decision_words(decision, detail.responses) if decision else "")
+
+
+def adjudication_page(project: Project, *, shown: int = 25, focus: Prompt | None = None) -> AdjudicationPage:
+    """The adjudication page's items: each with every answer side by side, so only the first `shown` of the queue
+    and of the decisions (latest first); `focus`: that item alone."""
+    standings = item_standings(project_id=project.pk)
+    queued = _queue_order(standings.values())
+    decisions = Adjudication.objects.filter(prompt__project=project)
+    page = AdjudicationPage(queue=[], queued=len(queued), decided=[], decisions=decisions.count())
+    if focus is not None:
+        return dataclasses.replace(page, focus=_adjudication_item(focus, standings.get(focus.pk)))
+    prompts = Prompt.objects.filter(project=project).select_related("project")
+    decided_prompts = [decision.prompt for decision in decisions.select_related("prompt", "prompt__project")
+                       .order_by("-decided_at", "-pk")[:shown]]
+    return dataclasses.replace(
+        page, queue=[_adjudication_item(prompts.get(pk=standing.prompt_id), standing) for standing in queued[:shown]],
+        decided=[_adjudication_item(prompt, standings.get(prompt.pk)) for prompt in decided_prompts])

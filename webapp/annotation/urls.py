@@ -1,6 +1,6 @@
 from django.urls import path
 
-from webapp.annotation import removal_views, views
+from webapp.annotation import adjudication_views, removal_views, views
 
 app_name = "annotation"
 
@@ -33,6 +33,9 @@ urlpatterns = [
          name="project_item_gold_remove"),
     path("projects/<int:project_id>/pauses/<int:pause_id>/", views.annotator_pause_decide,
          name="annotator_pause_decide"),
+    path("projects/<int:project_id>/adjudication/", adjudication_views.adjudication, name="adjudication"),
+    path("projects/<int:project_id>/adjudication/<int:prompt_id>/", adjudication_views.adjudication_decide,
+         name="adjudication_decide"),
     path("projects/<int:project_id>/sample/", views.sampling_create, name="sampling_create"),
     path("projects/<int:project_id>/export/<str:kind>/", views.project_export, name="project_export"),
     path("sampling/<int:job_id>/", views.sampling_job_status, name="sampling_job_status"),

@@ -320,6 +320,7 @@ def _detail_context(request: HttpRequest, project: Project) -> dict:
         "reward_runs": selectors.reward_model_runs(request.user),
         "suggestion_sources": selectors.suggestion_agreements(project),
         "import_jobs": import_jobs,
+        "adjudication_count": len(selectors.adjudication_queue(project)),
         "import_form": ImportForm(),
         "sampling_form": SamplingForm(initial={"responses_per_prompt": project.responses_per_item}, user=request.user,
                                       rounds=list(selectors.project_rounds(project))),

@@ -278,7 +278,7 @@ class PairsQuery(PageQuery):
     )
     strategy: Literal[STRATEGIES] = "all"  # type: ignore[valid-type]
     aggregation: str = Field("all", pattern=AGGREGATION_PATTERN, description="How disagreeing annotators' pairs combine: all, majority, "
-                             "drop_conflicts or annotator:<username> (the README, «Annotators who disagree»).")
+                             "drop_conflicts, resolved or annotator:<username> (the README, «Annotators who disagree»).")
     stream: Literal["jsonl"] | None = Field(None, description="jsonl: every row as JSON lines, paging ignored.")
     binarization: Literal[BINARIZATIONS] = Field(  # type: ignore[valid-type]
         DEFAULT_BINARIZATION, description="How ratings become pairs: chosen is the best mean rating, rejected a "
@@ -322,7 +322,8 @@ class UnpairedQuery(PageQuery):
         None, description="Omitted: as the page's export (conversational when the project holds a conversation)."
     )
     aggregation: str = Field("all", pattern=AGGREGATION_PATTERN, description="How annotators combine: all, majority "
-                             "(one row a response, ties dropped), drop_conflicts or annotator:<username>.")
+                             "(one row a response, ties dropped), drop_conflicts, resolved (unresolved items left "
+                             "out) or annotator:<username>.")
     binarization: Literal[BINARIZATIONS] = DEFAULT_BINARIZATION  # type: ignore[valid-type]
     seed: int = Field(DEFAULT_SEED, ge=0, le=SEED_MAX)
     stream: Literal["jsonl"] | None = Field(None, description="jsonl: every row as JSON lines, paging ignored.")

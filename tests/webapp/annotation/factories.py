@@ -48,9 +48,10 @@ DISPUTED_RANKINGS: dict[str, dict[str, list[list[str]] | None]] = {
 }
 # Pair rows each aggregation gives (strategy "all"). Question 0: {a,b} is 2 votes to 1 (majority keeps a > b, drop
 # conflicts drops it), {a,c} and {b,c} all agree. Question 1: {d,e} is 1 vote each way (both drop it), {d,f} has one
-# vote and {e,f} two that agree.
-DISPUTED_PAIR_COUNTS = {"all": 14, "majority": 5, "drop_conflicts": 4, "annotator:ann0": 6, "annotator:ann1": 5,
-                        "annotator:ann2": 3, "annotator:nobody": 0}
+# vote and {e,f} two that agree. Resolved (issue 32, the project's 2 answers and 0.6): Question 0 agrees on 7 of 9
+# comparisons, a majority item (its 3 majority pairs); Question 1 on 1 of 3, in the adjudication queue (no row).
+DISPUTED_PAIR_COUNTS = {"all": 14, "majority": 5, "drop_conflicts": 4, "resolved": 3, "annotator:ann0": 6,
+                        "annotator:ann1": 5, "annotator:ann2": 3, "annotator:nobody": 0}
 
 
 def make_disputed_project(*, owner: User | None = None) -> Project:

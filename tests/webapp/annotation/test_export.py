@@ -86,7 +86,8 @@ def test_a_datasets_directory_is_written_chunk_by_chunk_with_a_fixed_schema(tmp_
     rows = [{"prompt": f"q{i}", "chosen": f"good {i}", "rejected": f"bad {i}", "weight": 1.0 / (i + 1),
              "margin": None if i < 2 else float(i), "ranking_id": None if i < 2 else i,
              "annotator": None if i < 2 else "ann", "chosen_round": None if i < 2 else 2,
-             "rejected_round": None if i < 2 else 1, "chosen_model": "", "rejected_model": ""} for i in range(5)]
+             "rejected_round": None if i < 2 else 1, "chosen_model": "", "rejected_model": "",
+             "label_source": "imported" if i < 2 else "unanimous"} for i in range(5)]
     assert save_dataset(iter(rows), tmp_path / "ds", chunk_rows=2) == 5
     dataset = load_from_disk(str(tmp_path / "ds"))
     assert dataset.features == pair_features()

@@ -102,7 +102,8 @@ def test_thumbs_export_one_unpaired_row_a_thumb(researcher_client, thumbs):
     ids = dict(Response.objects.filter(prompt__project=thumbs).values_list("text", "pk"))
     assert all(row["prompt"] == "Question 0?" and row["source"] == "thumbs" and row["response_id"] == ids[
         row["completion"]] for row in rows)
-    assert set(rows[0]) == {"prompt", "completion", "label", "annotator", "response_id", "source", "round", "model"}
+    assert set(rows[0]) == {"prompt", "completion", "label", "annotator", "response_id", "source", "round", "model",
+                            "label_source"}
     assert (rows[0]["round"], rows[0]["model"]) == (None, "")
 
 

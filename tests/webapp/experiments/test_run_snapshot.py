@@ -31,7 +31,7 @@ def _download(response) -> bytes:
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("aggregation", ["all", "majority", "drop_conflicts", "annotator:ann2"])
+@pytest.mark.parametrize("aggregation", ["all", "majority", "drop_conflicts", "resolved", "annotator:ann2"])
 def test_the_launch_freezes_the_rows_with_their_count_and_hash(tiny_model, researcher, researcher_client, client,
                                                               aggregation):
     project = make_disputed_project(owner=researcher)

@@ -5,6 +5,7 @@ rankings and their pairs, sampling jobs. Every public name is re-exported here, 
 A write the rules refuse raises Django's ValidationError, whose message is shown to the user as is.
 """
 
+from webapp.annotation.services.adjudication import adjudication_decide
 from webapp.annotation.services.api_rankings import ApiRankingResult, api_ranking_submit
 from webapp.annotation.services.imports import (
     IMPORT_CHUNK,
@@ -80,6 +81,7 @@ from webapp.annotation.services.sampling import (
 )
 
 __all__ = [
+    "adjudication_decide",
     "ApiRankingResult",
     "api_ranking_submit",
     "guidelines_check",

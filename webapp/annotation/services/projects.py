@@ -25,6 +25,8 @@ def project_create(
     rating_max: int = 5,
     suggestions_display: str = Project.SuggestionDisplay.SHOWN,
     queue_order: str = Project.QueueOrder.LEAST_ANNOTATED,
+    adjudication_min_answers: int = 2,
+    adjudication_threshold: float = 0.6,
     members: Sequence[AbstractBaseUser] = (),
     owner: AbstractBaseUser | None = None,
     # gold items and annotators' quality (services/quality.py)
@@ -58,6 +60,8 @@ def project_create(
         fast_answer_seconds=fast_answer_seconds,
         suggestions_display=suggestions_display,
         queue_order=queue_order,
+        adjudication_min_answers=adjudication_min_answers,
+        adjudication_threshold=adjudication_threshold,
     )
     project.members.set(members)
     return project

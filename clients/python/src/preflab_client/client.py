@@ -264,7 +264,8 @@ class Client:
         """Every preference pair as TRL rows, streamed as JSON lines from the server. format: "standard",
         "conversational", or None for the page export's choice (conversational when the project holds a
         conversation). aggregation: how disagreeing annotators' pairs combine: "all", "majority",
-        "drop_conflicts" or "annotator:<username>". A ratings project's pairs are its ratings binarized:
+        "drop_conflicts", "resolved" (unresolved items left out, adjudicated ones as decided) or
+        "annotator:<username>"; each row names its item's label_source. A ratings project's pairs are its ratings binarized:
         binarization "random" (a seeded random lower-rated response is rejected) or "worst"."""
         return self._json_lines(f"projects/{project_id}/pairs", {
             "format": format, "strategy": strategy, "aggregation": aggregation, "binarization": binarization,

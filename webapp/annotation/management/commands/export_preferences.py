@@ -30,7 +30,7 @@ class Command(BaseCommand):
         parser.add_argument("--format", choices=EXPORT_FORMATS, default="jsonl")
         parser.add_argument("--strategy", choices=STRATEGIES, default="all")
         parser.add_argument("--aggregation", default="all",
-                            help="all | majority | drop_conflicts | annotator:USERNAME (the README, «Annotators who disagree»)")
+                            help="all | majority | drop_conflicts | resolved | annotator:USERNAME (the README, «Annotators who disagree»)")
         parser.add_argument("--output", type=Path, required=True, help="a file, or a directory for --format dataset")
 
     def handle(self, *args: object, **options) -> None:
