@@ -30,6 +30,17 @@ def train_judge(base: Path, directory: Path, *, guidelines: str, comparisons: Se
                 rule: Callable[[Comparison], str], steps: int = 200, seed: int = 0) -> Path:
     """Copy the tiny model to `directory` and train it until it answers each of `comparisons` as `rule` says
     (every comparison is trained in both orders); AssertionError if it does not after `steps`."""
+    threads = torch.get_num_threads()
+    # one thread: several at once on a busy machine make these small steps many times slower
+    torch.set_num_threads(1)
+    try:
+        return _train(base, directory, guidelines=guidelines, comparisons=comparisons, rule=rule, steps=steps, seed=seed)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _train(base: Path, directory: Path, *, guidelines: str, comparisons: Sequence[Comparison],
+           rule: Callable[[Comparison], str], steps: int, seed: int) -> Path:
     torch.manual_seed(seed)
     shutil.copytree(base, directory)
     tokenizer = AutoTokenizer.from_pretrained(directory)
