@@ -24,6 +24,8 @@ ACCEPT_WORDS = ("yes", "no")
 # the longest a response is shown to the judge, in tokens: two of them and the prompt fit a small model's context
 RESPONSE_TOKENS = 384
 PROMPT_TOKENS = 384
+# questions per forward pass: the suggestions job's and the bench's
+BATCH_SIZE = 8
 
 
 @dataclass(frozen=True)
@@ -68,7 +70,7 @@ def answer_token_ids(tokenizer: PreTrainedTokenizerBase, words: Sequence[str]) -
 class Judge:
     """A frozen instruct model that answers judge questions with probabilities."""
 
-    def __init__(self, path: str, *, batch_size: int = 8) -> None:
+    def __init__(self, path: str, *, batch_size: int = BATCH_SIZE) -> None:
         self.tokenizer = load_tokenizer(path)
         self.model: PreTrainedModel = load_reference(path)
         self.batch_size = batch_size

@@ -36,8 +36,6 @@ from webapp.annotation.services.suggesting import RANKING_QUESTION, THUMB_QUESTI
 from workers.jobs import JobWork, error_text, job_run
 
 ITEMS_PER_BATCH = 8
-SCORER_BATCH_SIZE = 16
-JUDGE_BATCH_SIZE = 8
 
 
 def suggestion_job_execute(*, job_id: int) -> None:
@@ -94,7 +92,7 @@ def _reward_scores(job: SuggestionJob, scorer: RewardModelScorer, responses: Seq
 
 
 def _ranking_by_reward_model(job: SuggestionJob, items: Sequence[Prompt], *, done: int) -> bool:
-    scorer = RewardModelScorer(job.model_path, batch_size=SCORER_BATCH_SIZE)
+    scorer = RewardModelScorer(job.model_path)
     for batch in _batches(job, items):
         if batch is None:
             return False
@@ -110,7 +108,7 @@ def _ranking_by_reward_model(job: SuggestionJob, items: Sequence[Prompt], *, don
 
 def _labels_by_reward_model(job: SuggestionJob, all_items: Sequence[Prompt], items: Sequence[Prompt], *,
                             done: int) -> bool:
-    scorer = RewardModelScorer(job.model_path, batch_size=SCORER_BATCH_SIZE)
+    scorer = RewardModelScorer(job.model_path)
     scores: dict[int, float] = {}
     for batch in _batches(job, all_items):
         if batch is None:
@@ -153,7 +151,7 @@ def _prompt_text(item: Prompt) -> str:
 
 
 def _by_judge(job: SuggestionJob, items: Sequence[Prompt], *, done: int) -> bool:
-    judge = Judge(job.model_path, batch_size=JUDGE_BATCH_SIZE)
+    judge = Judge(job.model_path)
     guidelines = job.project.guidelines
     for batch in _batches(job, items):
         if batch is None:
