@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from tests.judges import GOOD_MARK, always_first, marked_response, train_judge
 from tests.webapp.annotation.factories import add_round, make_project
-from tests.webapp.annotation.test_round_scoring import _run
+from tests.webapp.annotation.test_round_scoring import _run, reward_checkpoint  # noqa: F401
 from tests.webapp.experiments.helpers import tiny_model_roots, wait_for
 from trainer.judging import Comparison
 from trainer.suggestions import rating_suggestion, tiers_by_score
@@ -27,19 +27,6 @@ from workers.suggesting import suggestion_job_execute
 
 # which response of each item is the better one: the first shown in two items, the second in the other two
 MARKED_TEXTS = [[f"4 {GOOD_MARK}", "5"], ["7", f"3 {GOOD_MARK}"], [f"2 {GOOD_MARK}", "9"], ["0", f"6 {GOOD_MARK}"]]
-
-
-@pytest.fixture(scope="module")
-def reward_checkpoint(tmp_path_factory, tiny_model_dir) -> Path:
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-    directory = tmp_path_factory.mktemp("reward") / "checkpoint"
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
-    model = AutoModelForSequenceClassification.from_pretrained(tiny_model_dir, num_labels=1,
-                                                               pad_token_id=tokenizer.pad_token_id)
-    model.save_pretrained(directory)
-    tokenizer.save_pretrained(directory)
-    return directory
 
 
 def _judged_project(owner) -> Project:
@@ -124,7 +111,7 @@ def _scores(checkpoint: Path, responses: list[Response]) -> dict[int, float]:
 
 @pytest.mark.django_db(transaction=True)
 def test_a_reward_model_suggests_tiers_by_score_for_a_round_and_a_newer_job_replaces_the_older_suggestions(
-    reward_checkpoint, researcher,
+    reward_checkpoint, researcher,  # noqa: F811
 ):
     project = make_project(items=2, responses=3, owner=researcher, name="Scored")
     round_ = add_round(project, "dpo", {"item-0": ["x0", "a longer x1"], "item-1": ["y0 y0 y0", "y1"]})
@@ -150,7 +137,7 @@ def test_a_reward_model_suggests_tiers_by_score_for_a_round_and_a_newer_job_repl
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_resumed_job_skips_the_items_it_stored_suggestions_for(reward_checkpoint, researcher):
+def test_a_resumed_job_skips_the_items_it_stored_suggestions_for(reward_checkpoint, researcher):  # noqa: F811
     project = make_project(items=3, responses=2, owner=researcher, name="Resumed")
     run = _run(researcher, checkpoint=reward_checkpoint)
     job = suggestion_job_create(project=project, round_=None, source="reward_model", reward_run=run,
@@ -166,7 +153,7 @@ def test_a_resumed_job_skips_the_items_it_stored_suggestions_for(reward_checkpoi
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_reward_model_suggests_thumbs_above_the_median_and_ratings_by_quantile(reward_checkpoint, researcher):
+def test_a_reward_model_suggests_thumbs_above_the_median_and_ratings_by_quantile(reward_checkpoint, researcher):  # noqa: F811
     run = _run(researcher, checkpoint=reward_checkpoint)
     texts = [["one", "two two", "three three three"], ["four", "five five", "six six six six"]]
     for mode in (Project.Mode.THUMBS, Project.Mode.RATINGS):
@@ -192,7 +179,7 @@ def test_a_reward_model_suggests_thumbs_above_the_median_and_ratings_by_quantile
 
 @pytest.mark.django_db
 def test_refusals_name_the_field_and_one_job_per_scope_runs_at_a_time(
-    reward_checkpoint, settings, tiny_model_dir, researcher, researcher_client,
+    reward_checkpoint, settings, tiny_model_dir, researcher, researcher_client,  # noqa: F811
 ):
     settings.MODEL_ROOTS = tiny_model_roots(tiny_model_dir)
     project = make_project(items=2, responses=2, owner=researcher, name="Refused")
@@ -228,7 +215,7 @@ def test_refusals_name_the_field_and_one_job_per_scope_runs_at_a_time(
 
 @pytest.mark.django_db
 def test_a_suggestion_job_whose_worker_went_silent_is_failed_by_the_reconcile_and_a_cancel_asks_a_running_one(
-    reward_checkpoint, researcher,
+    reward_checkpoint, researcher,  # noqa: F811
 ):
     project = make_project(items=1, responses=2, owner=researcher, name="Silent")
     old = timezone.now() - timedelta(hours=1)
