@@ -10,12 +10,12 @@ from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from tests.judges import GOOD_MARK, always_first, marked_response, train_judge
-from tests.webapp.annotation.factories import add_round, make_project
+from tests.webapp.annotation.factories import add_round, make_annotators, make_project
 from tests.webapp.annotation.test_round_scoring import _run, reward_checkpoint  # noqa: F401
 from tests.webapp.experiments.helpers import tiny_model_roots, wait_for
 from trainer.judging import Comparison
 from trainer.suggestions import rating_suggestion, tiers_by_score
-from webapp.annotation.models import Project, Prompt, Response, Suggestion, SuggestionJob
+from webapp.annotation.models import Assignment, Project, Prompt, Ranking, Response, Suggestion, SuggestionJob
 from webapp.annotation.services.suggesting import (
     ComputedSuggestion,
     suggestion_job_cancel,
@@ -129,11 +129,20 @@ def test_a_reward_model_suggests_tiers_by_score_for_a_round_and_a_newer_job_repl
         row = Suggestion.objects.get(prompt=item)
         assert row.value == expected.tiers and row.score == pytest.approx(expected.confidence, abs=1e-4)
         assert len(row.value) == item.responses.count()
-    # a second job by the same run: one suggestion per item, the newer one's
+    # an annotator took the first item's suggestion as their answer
+    (annotator,) = make_annotators(1)
+    accepted = Suggestion.objects.get(prompt=items[0])
+    assignment = Assignment.objects.create(prompt=items[0], annotator=annotator, leased_at=timezone.now(),
+                                           expires_at=timezone.now(), status=Assignment.Status.SUBMITTED)
+    Ranking.objects.create(assignment=assignment, prompt=items[0], annotator=annotator, tiers=accepted.value,
+                           suggestion=accepted)
+    # a second job by the same run: one suggestion per item, the newer one's, and the accepted one kept for its answer
     second = suggestion_job_create(project=project, round_=round_, source="reward_model", reward_run=run,
                                    created_by=researcher)
     suggestion_job_execute(job_id=second.pk)
-    assert sorted(Suggestion.objects.values_list("prompt_id", "job_id")) == [(item.pk, second.pk) for item in items]
+    assert sorted(Suggestion.objects.filter(job=second).values_list("prompt_id", flat=True)) == [i.pk for i in items]
+    assert set(Suggestion.objects.exclude(job=second)) == {accepted}
+    assert Ranking.objects.get(assignment=assignment).suggestion == accepted
 
 
 @pytest.mark.django_db(transaction=True)

@@ -21,7 +21,7 @@ from django.db.models import F, QuerySet
 from django.utils import timezone
 
 from webapp import job_lifecycle as lifecycle
-from webapp.annotation.models import Project, Prompt, Round, Suggestion, SuggestionJob
+from webapp.annotation.models import Project, Prompt, Ranking, ResponseLabel, Round, Suggestion, SuggestionJob
 from webapp.annotation.services.sampling import model_path_check
 from webapp.annotation.services.scoring import reward_run_check, round_items
 from webapp.celery_app import SUGGEST_ANSWERS
@@ -132,15 +132,24 @@ def suggestion_job_should_stop(*, job_id: int) -> bool:
     return lifecycle.job_should_stop(SUGGESTION_JOB, job_id)
 
 
+def _accepted_suggestions(prompt_ids: set[int]) -> set[int]:
+    """The suggestions of these items that an answer (its ranking or a label) took."""
+    return {*Ranking.objects.filter(suggestion__prompt_id__in=prompt_ids).values_list("suggestion_id", flat=True),
+            *ResponseLabel.objects.filter(suggestion__prompt_id__in=prompt_ids).values_list("suggestion_id", flat=True)}
+
+
 def suggestions_store(*, job_id: int, suggestions: Sequence[ComputedSuggestion], comparisons: int = 0,
                       order_decided: int = 0) -> None:
     """Store one batch's suggestions and the judge comparisons they took, at once: a job resumed later finds either
-    both or neither. The older computed suggestions of the same agent for these items and questions go."""
+    both or neither. The older computed suggestions of the same agent for these items and questions go, except one
+    an answer accepted: it stays as that answer's record of what it took (the newest one is the one shown)."""
     job = SuggestionJob.objects.get(pk=job_id)
+    accepted = _accepted_suggestions({item.prompt_id for item in suggestions})
     with transaction.atomic():
         for item in suggestions:
             Suggestion.objects.filter(prompt_id=item.prompt_id, response_id=item.response_id, question=item.question,
-                                      agent=job.agent, job__isnull=False).exclude(job_id=job_id).delete()
+                                      agent=job.agent, job__isnull=False).exclude(job_id=job_id).exclude(
+                pk__in=accepted).delete()
         Suggestion.objects.bulk_create([
             Suggestion(project_id=job.project_id, prompt_id=item.prompt_id, response_id=item.response_id,
                        question=item.question, value=item.value, score=float(item.confidence), agent=job.agent,
