@@ -10,7 +10,14 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from trainer.judging import COMPARE_WORDS, Comparison, answer_token_ids, comparison_question, question_ids
+from trainer.judging import (
+    COMPARE_WORDS,
+    Comparison,
+    answer_token_ids,
+    comparison_question,
+    left_padded,
+    question_ids,
+)
 
 # marks the better response for a judge that reads content (train_judge's `content_judge` rule)
 GOOD_MARK = "good"
@@ -64,9 +71,6 @@ def _train(base: Path, directory: Path, *, guidelines: str, comparisons: Sequenc
 
 
 def _loss(model, examples: list[tuple[list[int], int]], pad: int) -> torch.Tensor:
-    longest = max(len(ids) for ids, _ in examples)
-    input_ids = torch.tensor([[pad] * (longest - len(ids)) + ids for ids, _ in examples])
-    mask = torch.tensor([[0] * (longest - len(ids)) + [1] * len(ids) for ids, _ in examples])
-    positions = (mask.cumsum(dim=-1) - 1).clamp(min=0)
+    input_ids, mask, positions = left_padded([ids for ids, _ in examples], pad)
     logits = model(input_ids=input_ids, attention_mask=mask, position_ids=positions).logits[:, -1, :]
     return torch.nn.functional.cross_entropy(logits, torch.tensor([target for _, target in examples]))

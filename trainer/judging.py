@@ -67,6 +67,16 @@ def answer_token_ids(tokenizer: PreTrainedTokenizerBase, words: Sequence[str]) -
     return ids
 
 
+def left_padded(batch: Sequence[Sequence[int]], pad_token_id: int,
+                device: torch.device | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """input_ids, attention_mask and position_ids of sequences padded on the left, positions counted from each
+    sequence's first token (a forward pass without generate() does not derive them from the mask)."""
+    longest = max(len(ids) for ids in batch)
+    input_ids = torch.tensor([[pad_token_id] * (longest - len(ids)) + list(ids) for ids in batch], device=device)
+    mask = torch.tensor([[0] * (longest - len(ids)) + [1] * len(ids) for ids in batch], device=device)
+    return input_ids, mask, (mask.cumsum(dim=-1) - 1).clamp(min=0)
+
+
 class Judge:
     """A frozen instruct model that answers judge questions with probabilities."""
 
@@ -92,12 +102,8 @@ class Judge:
         return probabilities
 
     def _last_logits(self, batch: list[list[int]]) -> torch.Tensor:
-        """The logits after each sequence's last token; left-padded, with positions counted from each first token."""
-        longest = max(len(ids) for ids in batch)
-        pad = self.tokenizer.pad_token_id
-        input_ids = torch.tensor([[pad] * (longest - len(ids)) + ids for ids in batch], device=self.model.device)
-        mask = torch.tensor([[0] * (longest - len(ids)) + [1] * len(ids) for ids in batch], device=self.model.device)
-        positions = (mask.cumsum(dim=-1) - 1).clamp(min=0)
+        """The logits after each sequence's last token."""
+        input_ids, mask, positions = left_padded(batch, self.tokenizer.pad_token_id, self.model.device)
         output = self.model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=False)
         return output.logits[:, -1, :]
 
