@@ -25,11 +25,12 @@ RUN_NODE_JOIN = "workers.tasks.run_node_join"
 SAMPLE_RESPONSES = "workers.tasks.sample_responses"
 IMPORT_PROMPTS = "workers.tasks.import_prompts"
 SCORE_ROUND = "workers.tasks.score_round"
+SUGGEST_ANSWERS = "workers.tasks.suggest_answers"
 # The name it had when it lived in webapp/experiments/tasks.py: messages and beat schedules already written name it.
 RECONCILE_JOBS = "webapp.experiments.tasks.reconcile_jobs"
 
 # Every task that loads a model or trains one: routed to the GPU workers.
-GPU_TASK_NAMES = (RUN_TRAINING, RUN_NODE_JOIN, SAMPLE_RESPONSES, SCORE_ROUND)
+GPU_TASK_NAMES = (RUN_TRAINING, RUN_NODE_JOIN, SAMPLE_RESPONSES, SCORE_ROUND, SUGGEST_ANSWERS)
 
 app = Celery("preflab")
 app.config_from_object("django.conf:settings", namespace="CELERY")

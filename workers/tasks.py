@@ -16,6 +16,7 @@ from webapp.celery_app import (
     RUN_TRAINING,
     SAMPLE_RESPONSES,
     SCORE_ROUND,
+    SUGGEST_ANSWERS,
 )
 from workers.app import app
 
@@ -63,6 +64,15 @@ def score_round(scoring_id: int) -> None:
     from workers.scoring import round_scoring_execute
 
     round_scoring_execute(scoring_id=scoring_id)
+
+
+@app.task(name=SUGGEST_ANSWERS)
+def suggest_answers(job_id: int) -> None:
+    """Suggest answers to a round's (or a project's) items with a reward model or a judge (a suggestion job) on
+    this (GPU) worker."""
+    from workers.suggesting import suggestion_job_execute
+
+    suggestion_job_execute(job_id=job_id)
 
 
 @app.task(name=IMPORT_PROMPTS)

@@ -1471,6 +1471,14 @@ def reward_model_runs(user: AbstractBaseUser) -> QuerySet:
     return runs_visible_to(user).filter(kind="reward_model", status=Run.Status.SUCCEEDED).exclude(checkpoint_path="")
 
 
+SUGGESTION_JOBS_SHOWN = 5
+
+
+def suggestion_jobs(project: Project) -> list[SuggestionJob]:
+    """The project's latest suggestion jobs, newest first: what the Rounds card shows of them."""
+    return list(SuggestionJob.objects.filter(project=project).select_related("round")[:SUGGESTION_JOBS_SHOWN])
+
+
 IMPORT_JOBS_SHOWN = 5
 
 

@@ -30,11 +30,21 @@ from webapp.annotation import exporting, gold, selectors, services, suggestions
 from webapp.annotation.feedback import DEFAULT_BINARIZATION, DEFAULT_SEED
 from webapp.annotation.forms import NO_COMPARISON, ExportForm, ImportForm, ProjectForm, SamplingForm
 from webapp.annotation.importing import ImportFileError, format_from_name
-from webapp.annotation.models import Assignment, ImportJob, Project, Prompt, Ranking, Round, SamplingJob
+from webapp.annotation.models import (
+    Assignment,
+    ImportJob,
+    Project,
+    Prompt,
+    Ranking,
+    Round,
+    SamplingJob,
+    SuggestionJob,
+)
 from webapp.annotation.modes import annotation_mode
 from webapp.annotation.modes.base import Entered
 from webapp.annotation.rendering import render_markdown
 from webapp.annotation.services import scoring as scoring_services
+from webapp.annotation.services import suggesting as suggesting_services
 from webapp.queueing import QueueUnavailable
 from webapp.text import counted, is_blank, whole_number
 
@@ -52,7 +62,7 @@ def _project(request: HttpRequest, project_id: int) -> Project:
     return get_object_or_404(selectors.projects_visible_to(request.user), pk=project_id)
 
 
-def _job_of_a_visible_project(request: HttpRequest, model: type[ImportJob | SamplingJob], job_id: int):
+def _job_of_a_visible_project(request: HttpRequest, model: type[ImportJob | SamplingJob | SuggestionJob], job_id: int):
     return get_object_or_404(model.objects.filter(project__in=selectors.projects_visible_to(request.user)),
                              pk=job_id)
 
@@ -319,6 +329,7 @@ def _detail_context(request: HttpRequest, project: Project) -> dict:
         "rounds": selectors.round_rows(project),
         "reward_runs": selectors.reward_model_runs(request.user),
         "suggestion_sources": selectors.suggestion_agreements(project),
+        "suggestion_jobs": selectors.suggestion_jobs(project),
         "import_jobs": import_jobs,
         "adjudication_count": len(selectors.adjudication_queue(project)),
         "import_form": ImportForm(),
@@ -378,7 +389,15 @@ def project_suggestion_agreement(request: HttpRequest, project_id: int) -> HttpR
 
 def _rounds_context(request: HttpRequest, project: Project, **extra) -> dict:
     return {"project": project, "rounds": selectors.round_rows(project),
-            "reward_runs": selectors.reward_model_runs(request.user), **extra}
+            "reward_runs": selectors.reward_model_runs(request.user),
+            "suggestion_jobs": selectors.suggestion_jobs(project), **extra}
+
+
+def _refusal_text(refusal: ValidationError) -> str:
+    """A refusal as one line, each field named."""
+    if hasattr(refusal, "error_dict"):
+        return " ".join(f"{field}: {' '.join(texts)}" for field, texts in refusal.message_dict.items())
+    return " ".join(refusal.messages)
 
 
 @require_POST
@@ -401,6 +420,60 @@ def round_score(request: HttpRequest, project_id: int) -> HttpResponse:
         ) if hasattr(refusal, "error_dict") else " ".join(refusal.messages)
     context = _rounds_context(request, project, scoring_error=error)
     return render(request, "annotation/_rounds.html", context, status=status)
+
+
+@require_POST
+@researcher_required
+def suggestion_job_start(request: HttpRequest, project_id: int) -> HttpResponse:
+    """Start a suggestion job for a round (or, with no round chosen, the whole project) by a reward-model run or a
+    judge model; the Rounds card comes back, showing the job's progress, or with the reason it was refused."""
+    project = _project(request, project_id)
+    number, run_id = request.POST.get("round", "").strip(), request.POST.get("reward_run", "").strip()
+    source = request.POST.get("source", "").strip()
+    status, error = HTTPStatus.OK, ""
+    try:
+        round_ = get_object_or_404(Round, project=project, number=int(number)) if number.isdigit() else None
+        if number and round_ is None:
+            raise ValidationError({"round": f"{number!r} is not a round number"})
+        run = selectors.visible_run(request.user, int(run_id)) if run_id.isdigit() else None
+        suggesting_services.suggestion_job_create(
+            project=project, round_=round_, source=source, created_by=request.user,
+            reward_run=run if source == SuggestionJob.Source.REWARD_MODEL else None,
+            judge_model=request.POST.get("judge_model", ""))
+    except ValidationError as refusal:
+        status, error = HTTPStatus.UNPROCESSABLE_ENTITY, _refusal_text(refusal)
+    return render(request, "annotation/_rounds.html", _rounds_context(request, project, suggestion_error=error),
+                  status=status)
+
+
+@require_POST
+@researcher_required
+def suggestion_job_cancel(request: HttpRequest, job_id: int) -> HttpResponse:
+    job = _job_of_a_visible_project(request, SuggestionJob, job_id)
+    suggesting_services.suggestion_job_cancel(job_id=job.pk)
+    return _suggestion_job_answer(request, job)
+
+
+@require_POST
+@researcher_required
+def suggestion_job_resume(request: HttpRequest, job_id: int) -> HttpResponse:
+    job = _job_of_a_visible_project(request, SuggestionJob, job_id)
+    try:
+        suggesting_services.suggestion_job_resume(job_id=job.pk)
+    except ValidationError as refusal:
+        return _suggestion_job_answer(request, job, refusal=_refusal_text(refusal))
+    return _suggestion_job_answer(request, job)
+
+
+def _suggestion_job_answer(request: HttpRequest, job: SuggestionJob, *, refusal: str = "") -> HttpResponse:
+    """htmx swaps the Rounds card (with the refusal said on it); a plain form post returns to the project."""
+    if request.htmx:
+        context = _rounds_context(request, job.project, suggestion_error=refusal)
+        return render(request, "annotation/_rounds.html", context,
+                      status=HTTPStatus.UNPROCESSABLE_ENTITY if refusal else HTTPStatus.OK)
+    if refusal:
+        messages.error(request, refusal)
+    return redirect("annotation:project_detail", project_id=job.project_id)
 
 
 ITEMS_PER_PAGE = 25
