@@ -22,7 +22,15 @@ from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from tests.webapp.annotation.factories import make_project
 from webapp.accounts.services import api_token_create, user_create
 from webapp.annotation import services as annotation_services
-from webapp.annotation.models import Assignment, GoldAnswer, ImportJob, Project, RoundScoring, SamplingJob
+from webapp.annotation.models import (
+    Assignment,
+    GoldAnswer,
+    ImportJob,
+    Project,
+    RoundScoring,
+    SamplingJob,
+    SuggestionJob,
+)
 from webapp.experiments import services as run_services
 from webapp.experiments.artifacts import artifact_store
 from webapp.experiments.data_snapshot import snapshot_path, snapshot_write
@@ -80,6 +88,8 @@ def world(researcher, annotator, monkeypatch) -> World:
         artifact_store(run_id=run.pk, name="eval.csv", kind="file", body=io.BytesIO(b"step,loss\n1,0.5\n"), limit=1024)
     sampling_job = SamplingJob.objects.create(project=project, model_path="/models/x", status=SamplingJob.Status.FAILED,
                                               error="worker lost")
+    SuggestionJob.objects.create(project=project, source=SuggestionJob.Source.JUDGE, model_path="/models/x",
+                                 agent="judge x", status=SuggestionJob.Status.FAILED, error="worker lost")
     import_job = ImportJob.objects.create(project=project, file_name="a.jsonl", file_format="jsonl", upload_path="",
                                           status=ImportJob.Status.SUCCEEDED)
     return World(project, project_run, member_run, checkpoint, sampling_job, import_job, assignment, researcher,
@@ -89,6 +99,7 @@ def world(researcher, annotator, monkeypatch) -> World:
 def _pages(w: World) -> dict[str, list[tuple[str, str, dict]]]:
     """url name -> [(method, url, data)]: every page, fragment, export and action of the project and its runs."""
     project, run = w.project.pk, w.project_run.pk
+    suggestion_job = SuggestionJob.objects.get(project=w.project).pk
     annotation = {name: [("GET", reverse(f"annotation:{name}", args=[project]), {})]
                   for name in ("annotate", "project_detail", "project_progress", "project_rounds", "project_data",
                                "project_items", "project_files", "project_delete_confirm",
@@ -127,6 +138,10 @@ def _pages(w: World) -> dict[str, list[tuple[str, str, dict]]]:
         "sampling_job_status": [("GET", reverse("annotation:sampling_job_status", args=[w.sampling_job.pk]), {})],
         "sampling_job_cancel": [("POST", reverse("annotation:sampling_job_cancel", args=[w.sampling_job.pk]), {})],
         "sampling_job_resume": [("POST", reverse("annotation:sampling_job_resume", args=[w.sampling_job.pk]), {})],
+        "suggestion_job_start": [("POST", reverse("annotation:suggestion_job_start", args=[project]),
+                                  {"scope": "project", "source": "judge", "judge_model": "/models/x"})],
+        "suggestion_job_cancel": [("POST", reverse("annotation:suggestion_job_cancel", args=[suggestion_job]), {})],
+        "suggestion_job_resume": [("POST", reverse("annotation:suggestion_job_resume", args=[suggestion_job]), {})],
         "annotate_submit": [("POST", reverse("annotation:annotate_submit", args=[w.assignment.pk]), {})],
         "annotate_skip": [("POST", reverse("annotation:annotate_skip", args=[w.assignment.pk]), {})],
         "annotate_back": [("POST", reverse("annotation:annotate_back", args=[project]), {})],
@@ -177,6 +192,7 @@ def _state(w: World) -> dict:
         "jobs": sorted(SamplingJob.objects.values_list("pk", "status", "cancel_requested")),
         "imports": ImportJob.objects.count(),
         "round scorings": RoundScoring.objects.count(),
+        "suggestion jobs": sorted(SuggestionJob.objects.values_list("pk", "status", "cancel_requested")),
         "runs": sorted(Run.objects.values_list("pk", "status", "cancel_requested", "config", "archived_at")),
         "checkpoints": ModelRef.objects.count(),
         "assignment": Assignment.objects.filter(pk=w.assignment.pk).values_list("status", flat=True).first(),
