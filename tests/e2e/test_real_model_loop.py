@@ -20,7 +20,19 @@ from tests.e2e.annotating import wait_ranked
 from tests.e2e.conftest import log_in
 from tests.webapp.experiments.helpers import run_status, wait_for
 from webapp.annotation import services as annotation_services
-from webapp.annotation.models import ImportJob, PreferencePair, Project, Prompt, Response, Round, SamplingJob
+from webapp.annotation.models import (
+    Assignment,
+    ImportJob,
+    PreferencePair,
+    Project,
+    Prompt,
+    Ranking,
+    Response,
+    Round,
+    SamplingJob,
+    Suggestion,
+    SuggestionJob,
+)
 from webapp.experiments import services
 from webapp.experiments.models import MetricRow, ModelRef, Run
 
@@ -192,19 +204,55 @@ def test_sample_rank_export_and_train_on_smollm2(
     assert sorted(Prompt.objects.filter(project=project, origin__isnull=True).values_list("response_count",
                                                                                           flat=True)) == [2] * 4
 
-    # 7. the annotator is shown round 2's items: one round 1 response (copied) beside one of round 2
+    # 7. the reward model of round 1 suggests answers to round 2, a job started from the Rounds card
+    page.goto(f"{live_server.url}/projects/{project.pk}/")
+    form = page.locator("#suggestion-job-form")
+    assert form.locator("select[name=round] option:checked").inner_text() == "round 2"
+    form.locator("select[name=source]").select_option("reward_model")
+    form.locator("select[name=reward_run]").select_option(str(reward_run.pk))
+    form.locator("button[type=submit]").click()
+    wait_for(lambda: SuggestionJob.objects.filter(project=project).exclude(
+        status__in=(SuggestionJob.Status.QUEUED, SuggestionJob.Status.RUNNING)).exists(),
+        timeout_s=600, what="the suggestion job")
+    suggestion_job = SuggestionJob.objects.get(project=project)
+    assert suggestion_job.status == SuggestionJob.Status.SUCCEEDED, f"{suggestion_job.error}\n{worker.log_tail()}"
+    assert suggestion_job.round == second_round and suggestion_job.reward_run == reward_run
+    suggestions = {s.prompt_id: s for s in Suggestion.objects.filter(job=suggestion_job)}
+    assert set(suggestions) == {item.pk for item in new_items}
+    for item in new_items:  # a ranking of the item's two responses, best first, with a confidence
+        value = suggestions[item.pk].value
+        assert sorted(pk for tier in value for pk in tier) == sorted(item.responses.values_list("pk", flat=True))
+        assert 0.0 <= suggestions[item.pk].score <= 1.0 and suggestions[item.pk].agent == suggestion_job.agent
+    step("suggestions for round 2 by the reward model")
+
+    # 8. the annotator is shown round 2's items, each with the machine's suggestion marked (agent, confidence),
+    # never filled in: the first one accepted with M, the others ranked by the annotator
     page.goto(f"{live_server.url}/annotate/{project.pk}/")
     texts = dict(Response.objects.filter(prompt__project=project).values_list("pk", "text"))
     rounds_of = dict(Response.objects.filter(prompt__project=project).values_list("pk", "round__number"))
+    accepted_item = None
     for ranked in range(len(QUESTIONS) + 1, len(QUESTIONS) + len(new_items) + 1):
         page.wait_for_selector(".response:focus")
         shown = [int(i) for i in page.locator(".response").evaluate_all("rs => rs.map(r => r.dataset.responseId)")]
         assert sorted(rounds_of[pk] for pk in shown) == [1, 2], shown
-        better = min(shown, key=lambda pk: (not texts[pk].strip(), len(texts[pk])))
-        page.keyboard.press("a" if better == shown[0] else "b")
+        banner = page.locator("#suggestion")
+        assert banner.locator(".machine-badge").inner_text().lower() == "machine"
+        assert page.inner_text("#suggestion-source").startswith(f"Suggested by {suggestion_job.agent} · confidence")
+        if accepted_item is None:
+            accepted_item = Assignment.objects.get(pk=page.locator("#item-form").get_attribute("data-assignment"))
+            page.keyboard.press("m")
+        else:
+            better = min(shown, key=lambda pk: (not texts[pk].strip(), len(texts[pk])))
+            page.keyboard.press("a" if better == shown[0] else "b")
         wait_ranked(page, ranked)
     assert page.js_errors == []
-    step("round 2 ranked in the browser")
+    step("round 2 ranked in the browser, one suggestion accepted")
+    # the rows say which answer came from a suggestion, and it is the suggestion as it was
+    accepted = Ranking.objects.get(assignment=accepted_item)
+    assert accepted.suggestion == suggestions[accepted_item.prompt_id]
+    assert accepted.tiers == accepted.suggestion.value
+    own = Ranking.objects.filter(prompt__round=second_round).exclude(pk=accepted.pk)
+    assert own.count() == len(new_items) - 1 and not own.filter(suggestion__isnull=False).exists()
     round_pairs = PreferencePair.objects.filter(prompt__round=second_round)
     assert round_pairs.exists()
     assert all({pair.chosen.round.number, pair.rejected.round.number} == {1, 2} for pair in round_pairs)
@@ -214,16 +262,23 @@ def test_sample_rank_export_and_train_on_smollm2(
     assert {frozenset((row["chosen_model"], row["rejected_model"])) for row in rows
             if row["chosen_round"] != row["rejected_round"]} == {frozenset((dpo_checkpoint.name, first_round.model))}
 
-    # 8. the project page: round 2's model against round 1's, its win rate and interval
+    # 9. the project page: round 2's model against round 1's, its win rate and interval; the reward model's
+    # agreement with the annotators on round 2, the accepted answer left out
     page.goto(f"{live_server.url}/projects/{project.pk}/")
     win_rate = page.inner_text("#round-2 .win-rate")
     assert re.match(r"\d+ % \(\d+–\d+ %\) \d+ won · \d+ tied · \d+ lost of \d+$", win_rate), win_rate
     # one comparison per ranked new item: A or B by key, so none tied
     assert win_rate.endswith(f" · 0 tied · {win_rate.split(' lost')[0].rsplit(' ', 1)[1]} lost of {len(new_items)}")
-    step("project page's win rate")
+    source = page.locator(f"#suggestion-agreement tr[data-agent='{suggestion_job.agent}']")
+    answers = " ".join(source.locator(".answers").inner_text().split())
+    assert answers == f"{len(new_items) - 1} (1 left out: accepted a suggestion)", answers
+    agreement = " ".join(source.locator(".accuracy").inner_text().split())
+    assert re.fullmatch(r"\d+ % \(\d+–\d+ %\) \(\d+ of \d+\)", agreement), agreement
+    step("project page's win rate and the reward model's agreement")
 
     # the figures, for whoever runs this with -s
     print(f"\nround 2 win rate over round 1: {win_rate}")
+    print(f"reward model's agreement with the annotators on round 2: {' '.join(agreement.split())}")
     print("took: " + ", ".join(f"{name} {seconds:.0f} s" for name, seconds in took.items()))
     print(f"\nsampled: {[r.text[:60] for r in responses]}")
     for run, metrics in ((reward_run, _finite_metrics(reward_run)), (dpo_run, dpo_metrics), (grpo_run, grpo_metrics)):
