@@ -250,7 +250,8 @@ def test_sample_rank_export_and_train_on_smollm2(
     # the rows say which answer came from a suggestion, and it is the suggestion as it was
     accepted = Ranking.objects.get(assignment=accepted_item)
     assert accepted.suggestion == suggestions[accepted_item.prompt_id]
-    assert accepted.tiers == accepted.suggestion.value
+    as_sets = lambda tiers: [frozenset(tier) for tier in tiers]  # noqa: E731 (a tie's order within its tier is none)
+    assert as_sets(accepted.tiers) == as_sets(accepted.suggestion.value)
     own = Ranking.objects.filter(prompt__round=second_round).exclude(pk=accepted.pk)
     assert own.count() == len(new_items) - 1 and not own.filter(suggestion__isnull=False).exists()
     round_pairs = PreferencePair.objects.filter(prompt__round=second_round)
@@ -267,13 +268,16 @@ def test_sample_rank_export_and_train_on_smollm2(
     page.goto(f"{live_server.url}/projects/{project.pk}/")
     win_rate = page.inner_text("#round-2 .win-rate")
     assert re.match(r"\d+ % \(\d+–\d+ %\) \d+ won · \d+ tied · \d+ lost of \d+$", win_rate), win_rate
-    # one comparison per ranked new item: A or B by key, so none tied
-    assert win_rate.endswith(f" · 0 tied · {win_rate.split(' lost')[0].rsplit(' ', 1)[1]} lost of {len(new_items)}")
+    # one comparison per ranked new item: A or B by key, so none tied but the accepted suggestion if it was a tie
+    # (two identical responses score alike: the DPO checkpoint of 2 steps samples much as round 1's model did)
+    tied = int(len(accepted.tiers) == 1)
+    lost = win_rate.split(" lost")[0].rsplit(" ", 1)[1]
+    assert win_rate.endswith(f" · {tied} tied · {lost} lost of {len(new_items)}"), win_rate
     source = page.locator(f"#suggestion-agreement tr[data-agent='{suggestion_job.agent}']")
     answers = " ".join(source.locator(".answers").inner_text().split())
     assert answers == f"{len(new_items) - 1} (1 left out: accepted a suggestion)", answers
     agreement = " ".join(source.locator(".accuracy").inner_text().split())
-    assert re.fullmatch(r"\d+ % \(\d+–\d+ %\) \(\d+ of \d+\)", agreement), agreement
+    assert re.fullmatch(r"\d+ % \(\d+–\d+ %\) of \d+ pairs \(\d+ of \d+\)", agreement), agreement
     step("project page's win rate and the reward model's agreement")
 
     # the figures, for whoever runs this with -s
