@@ -1040,7 +1040,9 @@ def pair_annotators_for_training(user: AbstractBaseUser) -> list[str]:
     """The usernames who gave pairs in the projects `user` reaches: the launch form's `annotator:<username>`
     aggregations."""
     return sorted(
+        # no ordering: the model's ordering by id would join the SELECT DISTINCT and repeat a name once a pair
         PreferencePair.objects.filter(project__in=projects_visible_to(user), ranking__isnull=False)
+        .order_by()
         .values_list("ranking__annotator__username", flat=True)
         .distinct()
     )
