@@ -464,7 +464,7 @@ class RewardScore(models.Model):
 
 
 class SuggestionJob(GpuJob):
-    """Machine suggestions for a round's items (or every open item of a project), computed on a GPU worker
+    """Machine suggestions for a round's items (or every item of a project), computed on a GPU worker
     (workers/suggesting.py): by a reward-model run's scores, or by a judge model comparing each two responses in
     both orders. A judge's comparisons and how many of them the order decided are kept: its position bias."""
 
