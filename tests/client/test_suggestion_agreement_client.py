@@ -5,7 +5,9 @@ import pytest
 
 from tests.webapp.annotation.test_suggestion_agreement import JUDGE, RM, make_measured_project
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# slow: the API test (tests/webapp/api/test_suggestion_agreement_api.py) checks the same figures; this adds the
+# client's thin method over a live server (27 s)
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
 def test_the_client_reads_each_sources_agreement_with_the_annotators(preflab, researcher):

@@ -8,7 +8,9 @@ from tests.e2e.conftest import assert_no_problem, log_in
 from tests.webapp.annotation.test_suggestion_agreement import JUDGE, RM, make_measured_project
 from webapp.annotation.models import Prompt, Suggestion
 
-pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+# slow: the page test (test_suggestion_agreement.py, Django client) checks the card's figures and the SmolLM2 loop
+# (test_real_model_loop.py) reads the card in Chromium; this one adds its live refresh (39 s)
+pytestmark = [pytest.mark.slow, pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 
 def test_the_suggestions_card_shows_each_source_and_refreshes_itself(watched_page, live_server, researcher):

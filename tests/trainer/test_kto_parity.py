@@ -113,8 +113,10 @@ def test_kto_loss_rewards_and_kl_equal_trl_on_the_same_batch(models, tmp_path, s
     for name in ("rewards/chosen", "rewards/rejected", "logps/chosen", "logps/rejected"):
         assert our_metrics[name] == pytest.approx(trl_metrics[name], abs=1e-5 * max(1.0, abs(trl_metrics[name])))
     assert our_metrics["rewards/margin"] == pytest.approx(trl_metrics["rewards/margins"], abs=1e-5)
+    # every weight's gradient within 1e-4 of its tensor's largest: float32 sums over tokens in another order differ
+    # by ~1e-6 on an embedding whose gradient reaches 0.07 (seen on 2026-12-02's packages), beyond an atol of 1e-6
     for name, gradient in trl_gradients.items():
-        assert torch.allclose(our_gradients[name], gradient, rtol=1e-4, atol=1e-6), name
+        assert torch.allclose(our_gradients[name], gradient, rtol=1e-4, atol=1e-4 * float(gradient.abs().max())), name
 
 
 def test_one_direction_of_the_pair_of_models_has_a_positive_kl(models, tmp_path):
