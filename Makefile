@@ -21,13 +21,20 @@ run: $(INSTALLED)
 	$(PY) manage.py seed_demo
 	$(PY) manage.py serve --addrport $(ADDRPORT)
 
+# Two test processes (tests/parallel_env.py): most tests wait on a worker, a server or a browser, and one process
+# left a core idle. Each test file runs whole on one of them (its module fixtures, a browser, are made once); the
+# tests marked `serial` run after them in one process.
+TEST_PROCESSES ?= 2
+PARALLEL := -n $(TEST_PROCESSES) --dist loadfile
+
 test: $(INSTALLED) services browser
 	$(VENV)/bin/ruff check .
-	$(TEST_ENV) $(PY) -m pytest $(PYTEST_ARGS)
+	$(TEST_ENV) $(PY) -m pytest $(PARALLEL) -m 'not slow and not serial' $(PYTEST_ARGS)
+	$(TEST_ENV) $(PY) -m pytest -m 'serial and not slow' $(PYTEST_ARGS)
 
 # The longer variants CI leaves out (marked `slow`): more kinds and layouts of what the default tests already cover.
 test-slow: $(INSTALLED) services browser
-	$(TEST_ENV) $(PY) -m pytest -m slow $(PYTEST_ARGS)
+	$(TEST_ENV) $(PY) -m pytest $(PARALLEL) -m 'slow and not serial' $(PYTEST_ARGS)
 
 $(INSTALLED): pyproject.toml clients/python/pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)

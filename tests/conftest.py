@@ -17,6 +17,13 @@ from tests.processes import ChildProcess
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("serial") and os.environ.get("PYTEST_XDIST_WORKER"):
+        pytest.fail(f"{item.nodeid} is marked serial: it cannot run in a pytest-xdist worker (schemathesis's "
+                    "parametrized test would pass without running its operations); run it without -n, or deselect "
+                    "it with -m 'not serial' (make test runs it in its serial pass)", pytrace=False)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def empty_runs_directory_of_the_test_data() -> Iterator[None]:
     """The runs' output directories belong to this session's database, which is created anew each session, and a

@@ -31,6 +31,10 @@ from tests.webapp.api.schema_fuzz_data import Seeded, seed_api_data
 from tests.webapp.experiments.helpers import tiny_model_roots
 from webapp.api.schemas import PYTHON_WHITESPACE
 
+# schemathesis's parametrized test runs none of its operations in a pytest-xdist worker (and passes): `make test`
+# runs this module in its serial pass
+pytestmark = pytest.mark.serial
+
 NDJSON = "application/x-ndjson"
 EXAMPLES = int(os.environ.get("PREFLAB_SCHEMA_EXAMPLES", "8"))
 
