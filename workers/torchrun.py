@@ -57,6 +57,8 @@ SUMMARY_ENTRY = re.compile(
     r"\s*error_file\s*:\s*(?P<error_file>\S+)"
 )
 ROOT_CAUSE_HEADING = "Root Cause (first observed failure):"
+# what torchrun logs as it stops the ranks that are left once one has failed
+STOPPING_RANK = re.compile(r"Sending process (?P<pid>\d+) closing signal SIGTERM")
 # What node 0's torchrun says when the other nodes did not all join in time (the static rendezvous's TCP store).
 JOIN_TIMEOUT = re.compile(r"Timed out after \d+ seconds waiting for clients\. (?P<joined>\d+)/(?P<nodes>\d+) clients joined")
 # A node whose ranks only saw another node's ranks vanish waits this long for that node's worker to say why.
@@ -279,6 +281,7 @@ class RankFailure:
     exit_code: int | None
     error_file: Path | None
     root_cause: bool = False
+    stopped_by_torchrun: bool = False
 
     @property
     def error(self) -> dict[str, str] | None:
@@ -297,6 +300,8 @@ class RankFailure:
     @property
     def is_consequence(self) -> bool:
         """This rank failed because another did: it saw its peer vanish, or torchrun stopped it (SIGTERM)."""
+        if self.stopped_by_torchrun:
+            return True
         error = self.error
         if error is not None:
             return is_peer_loss_text(error["message"])
@@ -306,6 +311,9 @@ class RankFailure:
         error = self.error
         if error is not None:
             return f"rank {self.rank} failed: {error['message']}"
+        if self.exit_code is None and self.error_file is None:
+            return (f"rank {self.rank} ended without reporting an error, and torchrun did not stop it (killed by a "
+                    "signal, or it exited); torchrun failed before saying how")
         if self.exit_code is None:
             return f"rank {self.rank} failed"
         if self.exit_code < 0:
@@ -356,16 +364,30 @@ def summary_failures(launcher_output: str) -> list[RankFailure]:
     return failures
 
 
-def error_file_failures(launch_dir: Path, *, first_rank: int = 0) -> list[RankFailure]:
-    """Ranks that left an error file, when torchrun printed no summary (it was killed, say)."""
-    return [RankFailure(rank=first_rank + int(path.parent.name), local_rank=int(path.parent.name), exit_code=None,
-                        error_file=path)
-            for path in sorted(launch_dir.glob("*/attempt_*/*/error.json"))]
+def error_file_failures(launch_dir: Path, *, first_rank: int = 0, launcher_output: str = "") -> list[RankFailure]:
+    """The ranks, when torchrun printed no summary (it was killed, or it failed itself: torch 2.13's torchrun can
+    crash reading the error file a rank it stopped is still writing): the ranks that left an error file, and once
+    torchrun logged stopping ranks (it saw one fail) every rank that left its pid, those with an error file first;
+    a rank torchrun stopped is a consequence."""
+    stopped = {int(match["pid"]) for match in STOPPING_RANK.finditer(launcher_output)}
+    patterns = ("*/attempt_*/*/error.json", "*/attempt_*/*/pid") if stopped else ("*/attempt_*/*/error.json",)
+    rank_dirs = {path.parent for pattern in patterns for path in launch_dir.glob(pattern)}
+    failures = []
+    for rank_dir in sorted(rank_dirs, key=lambda path: int(path.name)):
+        error_file = rank_dir / "error.json"
+        pid_text = _read_text(rank_dir / "pid").strip()
+        failures.append(RankFailure(
+            rank=first_rank + int(rank_dir.name), local_rank=int(rank_dir.name), exit_code=None,
+            error_file=error_file if error_file.is_file() else None,
+            stopped_by_torchrun=pid_text.isdigit() and int(pid_text) in stopped,
+        ))
+    return sorted(failures, key=lambda failure: failure.error_file is None)
 
 
 def _failures(launch_dir: Path, *, first_rank: int) -> list[RankFailure]:
-    return (summary_failures(_read_text(launch_dir / "torchrun.log"))
-            or error_file_failures(launch_dir, first_rank=first_rank))
+    launcher_output = _read_text(launch_dir / "torchrun.log")
+    return (summary_failures(launcher_output)
+            or error_file_failures(launch_dir, first_rank=first_rank, launcher_output=launcher_output))
 
 
 def _only_lost_peers(launch_dir: Path, *, first_rank: int) -> bool:

@@ -300,9 +300,14 @@ def _format_and_aggregation(project: Project, query: PairsQuery | UnpairedQuery,
         raise HttpError(422, f"aggregation: {error}") from None
 
 
+def streamed_rows_schema(rows: str) -> dict[str, Any]:
+    """The OpenAPI description of an export's stream=jsonl answer, beside its JSON page."""
+    return {"responses": {200: {"content": {NDJSON_TYPES[0]: {"schema": {
+        "type": "string", "description": f"With stream=jsonl: every {rows}, one JSON object a line."}}}}}}
+
+
 @router.get("/projects/{project_id}/pairs", response={200: Page[dict[str, Any]], 404: Detail, 422: Detail},
-            openapi_extra={"responses": {200: {"content": {NDJSON_TYPES[0]: {"schema": {
-                "type": "string", "description": "With stream=jsonl: every pair, one JSON object a line."}}}}}},
+            openapi_extra=streamed_rows_schema("pair"),
             summary="A project's preference pairs in TRL's format, as the page's JSONL export")
 @researcher_only
 def pair_list(request: HttpRequest, project_id: int, query: Query[PairsQuery]) -> dict | StreamingHttpResponse:
@@ -330,6 +335,7 @@ class UnpairedQuery(PageQuery):
 
 
 @router.get("/projects/{project_id}/unpaired", response={200: Page[dict[str, Any]], 404: Detail, 422: Detail},
+            openapi_extra=streamed_rows_schema("row"),
             summary="A project's unpaired (KTO) rows in TRL's format, as the page's unpaired JSONL export")
 @researcher_only
 def unpaired_list(request: HttpRequest, project_id: int, query: Query[UnpairedQuery]) -> dict | StreamingHttpResponse:
