@@ -461,6 +461,9 @@ class ProjectData:
     imported_pairs: int
     ranking_pairs: int
     empty_responses: int
+    # pairs or labels of answers held back (a paused annotator's): stored, not trained on until released
+    held_back_pairs: int = 0
+    held_back_labels: int = 0
     # a thumbs or ratings project's labels (thumbs, or one rating a response and aspect), given in answers and
     # imported, and the training rows they make (None in a ranking mode): ratings' binarized pairs, KTO rows
     labels_given: int = 0
@@ -474,19 +477,24 @@ def project_data(project: Project) -> ProjectData:
         total=Count("pk"), awaiting=Count("pk", filter=Q(response_count__lt=2))
     )
     pairs = PreferencePair.objects.filter(project=project).aggregate(
-        imported=Count("pk", filter=Q(ranking__isnull=True)), ranked=Count("pk", filter=Q(ranking__isnull=False))
+        imported=Count("pk", filter=Q(ranking__isnull=True)),
+        ranked=Count("pk", filter=Q(ranking__isnull=False, ranking__held_back=False)),
+        held_back=Count("pk", filter=Q(ranking__held_back=True)),
     )
     empty = Response.objects.filter(prompt__project=project, text__regex=LEFT_OUT_TEXT_REGEX).count()
     data = ProjectData(items=items["total"], awaiting_responses=items["awaiting"], imported_pairs=pairs["imported"],
-                       ranking_pairs=pairs["ranked"], empty_responses=empty)
+                       ranking_pairs=pairs["ranked"], held_back_pairs=pairs["held_back"], empty_responses=empty)
     if not annotation_mode(project.mode).gives_labels:
         return data
     labels = ResponseLabel.objects.filter(project=project).aggregate(
-        given=Count("pk", filter=Q(ranking__isnull=False)), imported=Count("pk", filter=Q(ranking__isnull=True)))
+        given=Count("pk", filter=Q(ranking__isnull=False, ranking__held_back=False)),
+        held_back=Count("pk", filter=Q(ranking__held_back=True)),
+        imported=Count("pk", filter=Q(ranking__isnull=True)))
     binarized = (sum(1 for _ in binarized_pair_rows(project_id=project.pk))
                  if project.mode == Project.Mode.RATINGS else None)
     return dataclasses.replace(data, labels_given=labels["given"], labels_imported=labels["imported"],
-                               binarized_pairs=binarized, unpaired_rows=unpaired_count(project_id=project.pk))
+                               held_back_labels=labels["held_back"], binarized_pairs=binarized,
+                               unpaired_rows=unpaired_count(project_id=project.pk))
 
 
 def sampling_jobs(project: Project) -> QuerySet[SamplingJob]:

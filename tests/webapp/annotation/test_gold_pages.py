@@ -164,3 +164,28 @@ def test_an_annotator_who_answers_a_gold_item_otherwise_is_shown_its_answer_in_t
     _, page = submit(lambda shown: sorted(shown))
     assert "check item" not in page
     assert Ranking.objects.filter(annotator=annotator).count() == 2
+
+
+def test_the_data_card_counts_a_paused_annotators_thumbs_apart_until_they_are_released(researcher_client, researcher):
+    """The Data card counts what trains: a paused annotator's thumbs are held back (out of the KTO rows), said apart;
+    released, they count again."""
+    (annotator,) = make_annotators(1)
+    project = make_project(items=2, responses=2, owner=researcher, members=[annotator], mode=Project.Mode.THUMBS)
+    Project.objects.filter(pk=project.pk).update(gold_onboarding=1, gold_min_answers=1, gold_min_accuracy=1.0)
+    project.refresh_from_db()
+    first, second = selectors.gold_responses(_item(project))
+    services.gold_answer_set(prompt=_item(project), user=researcher, labels={first: {"": 1.0}, second: {"": 0.0}})
+    lease = services.assignment_lease_next(project=project, annotator=annotator)
+    services.ranking_submit(assignment_id=lease.pk, annotator=annotator, labels={first: {"": 0.0}, second: {"": 1.0}})
+    pause = AnnotatorPause.objects.get(annotator=annotator)
+    data_url = reverse("annotation:project_data", args=[project.pk])
+
+    data = selectors.project_data(project)
+    assert (data.labels_given, data.held_back_labels, data.unpaired_rows) == (0, 2, 0)
+    card = researcher_client.get(data_url).content.decode()
+    assert '<dd id="labels-given">0 <span class="muted" id="held-back-labels">(and 2 held back: a paused ' in card
+
+    services.annotator_pause_decide(pause_id=pause.pk, project=project, decision="released", user=researcher)
+    data = selectors.project_data(project)
+    assert (data.labels_given, data.held_back_labels, data.unpaired_rows) == (2, 0, 2)
+    assert "held-back-labels" not in researcher_client.get(data_url).content.decode()

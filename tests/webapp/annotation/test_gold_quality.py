@@ -93,6 +93,9 @@ def test_a_random_annotator_is_paused_at_the_minimum_gold_answers_with_rows_held
     project.members.add(researcher)
     menu = {name: held for _, name, held, _ in selectors.projects_for_training(researcher)}
     assert menu[project.name] == f"{careful_pairs} pairs"
+    # the project page's Data card counts what trains and says what is held back
+    data = selectors.project_data(project)
+    assert (data.ranking_pairs, data.held_back_pairs) == (careful_pairs, GOLD_ITEMS * 3)
 
     # the raw answers say which were held back and which answered gold
     raw = {(row["annotator"], row["prompt_id"]): row for row in selectors.ranking_rows(project_id=project.pk)}
