@@ -5,9 +5,10 @@ rewards became a tensor on the CPU and met the log-probs on the GPU. On a CPU-on
 and nothing fails, so two checks stand in for the GPU here:
 - a reading of trainer/ and workers/ that finds every torch factory call naming no device (or the CPU by a
   literal "cpu" instead of trainer.devices.HOST, which says why it is the CPU);
-- every run kind (GRPO under the dapo preset, PPO with its critic, evaluation, a resume from a checkpoint) and a
-  sampling job's generation run with our code's device-less factory calls making *meta* tensors, which cannot
-  meet the model's: the failure a GPU shows, on the CPU.
+- every run kind (GRPO under the dapo preset, PPO with its critic, evaluation, a resume from a checkpoint), a
+  sampling job's generation and a suggestion job's reward model and judge run with our code's device-less factory
+  calls making *meta* tensors, which cannot meet the model's: the failure a GPU shows, on the CPU. Where torch would
+  let a meta operand meet a real one (an embedding of meta ids answers on the CPU), the mode refuses it.
 """
 
 from __future__ import annotations
@@ -90,7 +91,24 @@ class DeviceLessTensorsOnMeta(TorchFunctionMode):
         name = getattr(func, "__name__", "")
         if name in FACTORIES and "device" not in kwargs and sys._getframe(1).f_code.co_filename.startswith(self.roots):
             kwargs = {**kwargs, "device": "meta"}
+        elif name not in INDEXING:
+            refuse_meta_meeting_a_real_tensor(name, args, kwargs)
         return func(*args, **kwargs)
+
+
+# A CPU tensor may index a GPU tensor (t[cpu_ids]): no failure there on a GPU
+INDEXING = frozenset({"__getitem__", "__setitem__"})
+
+
+def refuse_meta_meeting_a_real_tensor(name: str, args: tuple, kwargs: dict) -> None:
+    """Some operations take a meta operand beside a CPU one without complaint (an embedding looked up with meta ids
+    answers on the CPU), where a GPU refuses a CPU operand: refuse them here as the GPU would. A 0-dim tensor may
+    meet another device's on a GPU (a CPU scalar), so only tensors of one dimension or more count."""
+    tensors = [leaf for leaf in torch.utils._pytree.tree_leaves((args, kwargs)) if isinstance(leaf, torch.Tensor)]
+    if any(t.is_meta and t.dim() > 0 for t in tensors) and any(not t.is_meta and t.dim() > 0 for t in tensors):
+        raise RuntimeError(f"{name}: a tensor our code made without its device (meta here) met a tensor on "
+                           f"{next(t.device for t in tensors if not t.is_meta)}: on a GPU, 'Expected all tensors to "
+                           "be on the same device'")
 
 
 def test_the_meta_mode_stands_in_for_a_gpu():
@@ -105,6 +123,11 @@ def test_the_meta_mode_stands_in_for_a_gpu():
     with DeviceLessTensorsOnMeta():
         exec(named, namespace)
     assert namespace["loss"].item() == 10.0
+    # an embedding looked up with meta ids answers on the CPU unasked: refused, as a GPU refuses CPU ids
+    lookup = compile("ids = torch.tensor([[1, 2]])\nout = torch.nn.functional.embedding(ids, weight)",
+                     str(REPO / "trainer" / "x.py"), "exec")
+    with DeviceLessTensorsOnMeta(), pytest.raises(RuntimeError, match="embedding: a tensor our code made without"):
+        exec(lookup, {"torch": torch, "weight": torch.randn(4, 3)})
 
 
 def _settings(kind: str, model: str, output_dir: Path, **overrides) -> dict:
@@ -160,3 +183,21 @@ def test_a_sampling_jobs_generation_makes_no_device_less_tensor(tiny_model):
         samples = backend.generate(["1+1=", "2+3="], SamplingParams(group_size=3, max_new_tokens=5))
         seeded = backend.generate(["1+1="], SamplingParams(group_size=2, max_new_tokens=5), seeds=[7])
     assert samples.completion_ids.shape[0] == 6 and len(seeded.texts) == 2
+
+
+def test_a_suggestion_jobs_reward_model_and_judge_make_no_device_less_tensor(tiny_model, tmp_path):
+    """What a suggestion job runs on a GPU worker (workers/suggesting.py): a reward model's scores and a judge's
+    probabilities, each with our code's device-less tensors on meta."""
+    from trainer.algorithms.rollout import RewardModelScorer
+    from trainer.judging import Comparison, Judge
+
+    reward_model = _train("reward_model", tiny_model, tmp_path / "rm", MemorySink())
+    prompts = ["Calculate 1 + 1\n", "Calculate 2 + 3\n", "Calculate 4 * 2\n"]
+    completions = ["<answer>2</answer>", "<answer>6</answer>", "<answer>8</answer>"]
+    with DeviceLessTensorsOnMeta():
+        scores = RewardModelScorer(reward_model.checkpoint, batch_size=2)(prompts, completions)
+        judge = Judge(tiny_model, batch_size=2)
+        first = judge.prefer_first("Prefer the right answer.", [Comparison(p, c, "<answer>0</answer>")
+                                                                for p, c in zip(prompts, completions, strict=True)])
+    assert len(scores) == 3 and all(math.isfinite(score) for score in scores)
+    assert len(first) == 3 and all(0.0 <= probability <= 1.0 for probability in first)
