@@ -12,6 +12,9 @@ Parts (each stands alone; --only / --skip pick them):
               ours static (first call with its capture, then best of 3), ours eager, transformers generate with its
               dynamic cache and with cache_implementation="static" (its first call compiles); the decoding floor
               (bytes one step reads over the bandwidth measured here) and our fraction of it.
+  suggestions a suggestion job's models (as workers/suggesting.py): the smoke's reward model (its step-3 checkpoint)
+              scoring 32 responses, and the 135M shape as a judge comparing 16 pairs in both orders: seconds, finite
+              scores, probabilities in [0, 1].
   grpo135, grpo1b  a GRPO step, ours against TRL's GRPOTrainer, bf16-mixed both sides (bench/bench_real_model.py's
               functions with the CPU-only TRL arguments removed): phases, peak memory and where it goes.
   pairs       reward model and DPO pairs/s, ours against TRL, on the 1.7B shape, batch 8, with peak memory.
@@ -37,7 +40,7 @@ import time
 import traceback
 from pathlib import Path
 
-PARTS = ("smoke", "sampling", "generation", "grpo135", "grpo1b", "pairs", "profile")
+PARTS = ("smoke", "sampling", "suggestions", "generation", "grpo135", "grpo1b", "pairs", "profile")
 ap = argparse.ArgumentParser()
 ap.add_argument("carry", type=Path)
 ap.add_argument("out", type=Path)
@@ -235,6 +238,34 @@ def sampling(model_dir: Path) -> None:
                eager_s=round(out["eager"][0][1], 3), static_first_s=round(statics[0][1], 3),
                static_replay_s=round(statics[1][1], 3), capture_s=round(statics[0][2], 3),
                lengths=eager.completion_mask.sum(1).float().mean().item(), text=eager.texts[0][:80])
+
+
+# --- a suggestion job's reward model and judge -------------------------------------------------------------------
+def suggestions(judge_dir: Path) -> None:
+    from trainer.algorithms.rollout import RewardModelScorer
+    from trainer.judging import Comparison, Judge
+
+    prompts = [f"What is {n} + {n}?" for n in range(16)]
+    responses = [str(2 * n) for n in range(16)] + [str(2 * n + 1) for n in range(16)]
+    reward_model = WORK / "smoke-reward_model" / "checkpoints" / "step-3"
+    if reward_model.is_dir():
+        sync()
+        started = time.perf_counter()
+        scores = RewardModelScorer(str(reward_model), batch_size=8)(prompts * 2, responses)
+        sync()
+        record("suggestions", model="reward_model", responses=len(scores), seconds=round(time.perf_counter() - started, 3),
+               finite=all(math.isfinite(score) for score in scores))
+    else:
+        record("suggestions", model="reward_model", error=f"no checkpoint {reward_model}: run the smoke part first")
+    judge = Judge(str(judge_dir))
+    comparisons = [Comparison(p, r, w) for p, r, w in zip(prompts, responses[:16], responses[16:], strict=True)]
+    sync()
+    started = time.perf_counter()
+    first = judge.prefer_first("Prefer the right answer.", comparisons)
+    swapped = judge.prefer_first("Prefer the right answer.", [Comparison(c.prompt, c.second, c.first) for c in comparisons])
+    sync()
+    record("suggestions", model="judge", comparisons=2 * len(comparisons), seconds=round(time.perf_counter() - started, 3),
+           probabilities_ok=all(0.0 <= x <= 1.0 for x in first + swapped), device=str(judge.model.device))
 
 
 # --- generation, ours against transformers' generate ------------------------------------------------------------
@@ -456,6 +487,7 @@ def part(name: str, fn, *args) -> None:
 m135 = build("m135", **SHAPE_135)
 part("smoke", smoke, m135)
 part("sampling", sampling, m135)
+part("suggestions", suggestions, m135)
 needs_1b7 = chosen & {"generation", "grpo1b", "pairs", "profile"}
 m1b7 = build("m1b7", **SHAPE_1B7) if needs_1b7 else None
 part("generation", generation, m1b7, 8, 8, 128 if not a.dry else 16)
