@@ -472,7 +472,8 @@ class ProjectData:
     unpaired_rows: int | None = None
 
 
-def project_data(project: Project) -> ProjectData:
+def project_data(project: Project, *, sources: dict[int, str] | None = None) -> ProjectData:
+    """`sources`: item_label_sources, read when not given (the project page reads them once for its cards)."""
     items = Prompt.objects.filter(project=project, annotatable=True).aggregate(
         total=Count("pk"), awaiting=Count("pk", filter=Q(response_count__lt=2))
     )
@@ -490,11 +491,13 @@ def project_data(project: Project) -> ProjectData:
         given=Count("pk", filter=Q(ranking__isnull=False, ranking__held_back=False)),
         held_back=Count("pk", filter=Q(ranking__held_back=True)),
         imported=Count("pk", filter=Q(ranking__isnull=True)))
-    binarized = (sum(1 for _ in binarized_pair_rows(project_id=project.pk))
+    if sources is None:
+        sources = item_label_sources(project_id=project.pk)
+    binarized = (sum(1 for _ in binarized_pair_rows(project_id=project.pk, sources=sources))
                  if project.mode == Project.Mode.RATINGS else None)
     return dataclasses.replace(data, labels_given=labels["given"], labels_imported=labels["imported"],
                                held_back_labels=labels["held_back"], binarized_pairs=binarized,
-                               unpaired_rows=unpaired_count(project_id=project.pk))
+                               unpaired_rows=unpaired_count(project_id=project.pk, sources=sources))
 
 
 def sampling_jobs(project: Project) -> QuerySet[SamplingJob]:
@@ -833,13 +836,13 @@ def _with_source(labels: Iterable[feedback.UnpairedLabel], source: str) -> Itera
     return (dataclasses.replace(label, label_source=source) for label in labels)
 
 
-def _unpaired_labels(project_id: int, *, aggregation: str, binarization: str,
-                     seed: int) -> Iterator[feedback.UnpairedLabel]:
+def _unpaired_labels(project_id: int, *, aggregation: str, binarization: str, seed: int,
+                     sources: dict[int, str] | None = None) -> Iterator[feedback.UnpairedLabel]:
     """Every unpaired row of the project in ids, before aggregation: thumbs, answers' tiers, binarized ratings,
     imported pairs (feedback's rules), each with its item's label source; under the aggregations that pick one
     answer, an adjudicated item's rows are its decision's."""
     annotator = aggregation_annotator(aggregation)
-    sources = item_label_sources(project_id=project_id)
+    sources = item_label_sources(project_id=project_id) if sources is None else sources
     replaced = _adjudicated_ids(sources) if picks_one_answer(aggregation) else []
     for prompt_id, response, value, username, external, ranking_id in _labels(project_id, thumbs=True).exclude(
         prompt_id__in=replaced
@@ -914,11 +917,13 @@ def unpaired_rows(*, project_id: int, aggregation: str = "all", binarization: st
 
 
 def unpaired_count(*, project_id: int, aggregation: str = "all", binarization: str = feedback.DEFAULT_BINARIZATION,
-                   seed: int = feedback.DEFAULT_SEED) -> int:
-    """How many rows `unpaired_rows` yields (derived: they are not stored)."""
+                   seed: int = feedback.DEFAULT_SEED, sources: dict[int, str] | None = None) -> int:
+    """How many rows `unpaired_rows` yields (derived: they are not stored). `sources`: item_label_sources, read
+    when not given."""
     aggregation_check(aggregation)
     return sum(1 for _ in feedback.aggregate_unpaired(
-        _unpaired_labels(project_id, aggregation=aggregation, binarization=binarization, seed=seed), aggregation))
+        _unpaired_labels(project_id, aggregation=aggregation, binarization=binarization, seed=seed, sources=sources),
+        aggregation))
 
 
 def unpaired_export_rows(*, project_id: int, aggregation: str = "all", conversational: bool | None = None,
@@ -1534,7 +1539,11 @@ def item_standings(*, project_id: int) -> dict[int, ItemStanding]:
 
 def item_label_sources(*, project_id: int) -> dict[int, str]:
     """Prompt id -> the source of its label, for the items `item_standings` holds."""
-    return {prompt_id: standing.source for prompt_id, standing in item_standings(project_id=project_id).items()}
+    return label_sources_of(item_standings(project_id=project_id))
+
+
+def label_sources_of(standings: dict[int, ItemStanding]) -> dict[int, str]:
+    return {prompt_id: standing.source for prompt_id, standing in standings.items()}
 
 
 def _queue_order(standings: Iterable[ItemStanding]) -> list[ItemStanding]:
@@ -1543,9 +1552,10 @@ def _queue_order(standings: Iterable[ItemStanding]) -> list[ItemStanding]:
                   key=lambda standing: (standing.agreement, standing.prompt_id))
 
 
-def adjudication_queue(project: Project) -> list[ItemStanding]:
-    """The items waiting for a researcher's decision, lowest agreement first (ties by id)."""
-    return _queue_order(item_standings(project_id=project.pk).values())
+def adjudication_queue(project: Project, *, standings: dict[int, ItemStanding] | None = None) -> list[ItemStanding]:
+    """The items waiting for a researcher's decision, lowest agreement first (ties by id). `standings`:
+    item_standings, read when not given."""
+    return _queue_order((item_standings(project_id=project.pk) if standings is None else standings).values())
 
 
 @dataclass(frozen=True)

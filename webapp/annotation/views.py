@@ -317,13 +317,15 @@ def _detail_context(request: HttpRequest, project: Project) -> dict:
     # The jobs are read before the counts: a job that ends in between is then shown active, and its line's poll
     # refreshes the cards when it sees the end; read after, it would show ended beside counts from before its end.
     jobs, import_jobs = list(selectors.sampling_jobs(project)), list(selectors.import_jobs(project))
+    # every item's standing, read once for the cards that need it (the Data card's training rows, Adjudication)
+    standings = selectors.item_standings(project_id=project.pk)
     return {
         "project": project,
         "guidelines_html": render_markdown(project.guidelines),
         "progress": selectors.project_progress(project),
         "pauses": selectors.project_pauses(project),
         "gold_count": selectors.gold_count(project),
-        "data": selectors.project_data(project),
+        "data": selectors.project_data(project, sources=selectors.label_sources_of(standings)),
         "reordering": suggestions.uncertainty_reordering(project),
         "jobs": jobs,
         "rounds": selectors.round_rows(project),
@@ -331,7 +333,7 @@ def _detail_context(request: HttpRequest, project: Project) -> dict:
         "suggestion_sources": selectors.suggestion_agreements(project),
         "suggestion_jobs": selectors.suggestion_jobs(project),
         "import_jobs": import_jobs,
-        "adjudication_count": len(selectors.adjudication_queue(project)),
+        "adjudication_count": len(selectors.adjudication_queue(project, standings=standings)),
         "import_form": ImportForm(),
         "sampling_form": SamplingForm(initial={"responses_per_prompt": project.responses_per_item}, user=request.user,
                                       rounds=list(selectors.project_rounds(project))),
