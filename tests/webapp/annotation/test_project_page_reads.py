@@ -4,8 +4,8 @@ its cards: at tens of thousands of items each reading takes seconds, and a ratin
 import pytest
 from django.urls import reverse
 
-from tests.webapp.annotation.feedback_fixtures import make_ratings_project, make_thumbs_project
 from tests.webapp.annotation.factories import make_disputed_project
+from tests.webapp.annotation.feedback_fixtures import make_ratings_project, make_thumbs_project
 from webapp.annotation import selectors
 
 pytestmark = pytest.mark.django_db
