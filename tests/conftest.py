@@ -24,6 +24,42 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
                     "it with -m 'not serial' (make test runs it in its serial pass)", pytrace=False)
 
 
+def _is_deadlock(error: BaseException | None) -> bool:
+    while error is not None:
+        if "deadlock detected" in str(error):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+@pytest.fixture(scope="session", autouse=True)
+def flush_tried_again_after_a_deadlock() -> Iterator[None]:
+    """A transactional test ends by flushing the database (one TRUNCATE of every table). A browser's poll still in
+    a live server's thread when the test ends (a run page's metrics, say) holds a lock the TRUNCATE waits for while
+    it waits for one the TRUNCATE took: Postgres ends the flush as the deadlock's victim, and the next test starts on
+    the rows this one left (seen once in CI, with two test processes loading the machine). The request is over a
+    moment later, so the flush is tried again, once."""
+    from django.test import TransactionTestCase
+
+    original = TransactionTestCase._fixture_teardown
+    TransactionTestCase._fixture_teardown = tried_again_after_a_deadlock(original)
+    yield
+    TransactionTestCase._fixture_teardown = original
+
+
+def tried_again_after_a_deadlock(teardown: Callable[..., None], pause_s: float = 1.0) -> Callable[..., None]:
+    def once_more_after_a_deadlock(*args: object) -> None:
+        try:
+            teardown(*args)
+        except Exception as error:
+            if not _is_deadlock(error):
+                raise
+            time.sleep(pause_s)
+            teardown(*args)
+
+    return once_more_after_a_deadlock
+
+
 @pytest.fixture(scope="session", autouse=True)
 def empty_runs_directory_of_the_test_data() -> Iterator[None]:
     """The runs' output directories belong to this session's database, which is created anew each session, and a
